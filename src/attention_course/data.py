@@ -1,0 +1,80 @@
+"""Data for the course: the real data sets in `data/` (checksum-verified) and seeded synthetic data."""
+
+import csv
+import hashlib
+import os
+import pathlib
+from typing import NamedTuple
+
+import torch
+
+from ._shapes import require_positive
+
+MCYCLE_SHA256 = "93d06e3d834a5c21056b40f16fcd03c4384acff5020e273453d5cd62d730f0c8"
+
+
+def data_dir():
+    """The folder holding the course's data files.
+
+    `COURSE_DATA_DIR` wins when set (the notebooks' setup cell sets it on Colab); otherwise the
+    `data/` folder of the checkout this package was imported from.
+    """
+    if os.environ.get("COURSE_DATA_DIR"):
+        return pathlib.Path(os.environ["COURSE_DATA_DIR"])
+    return pathlib.Path(__file__).resolve().parents[2] / "data"
+
+
+def _verified_bytes(path, sha256):
+    """Read a file and raise ValueError if its SHA-256 is not the recorded one."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: set COURSE_DATA_DIR to the course's data/ folder"
+        )
+    content = path.read_bytes()
+    digest = hashlib.sha256(content).hexdigest()
+    if digest != sha256:
+        raise ValueError(f"{path} has SHA-256 {digest}, expected {sha256}: the file was changed")
+    return content
+
+
+def load_mcycle(path=None):
+    """The motorcycle-crash data (MASS::mcycle): returns (times, accel), two float32 tensors (133,).
+
+    `times` is the time after impact in milliseconds, `accel` the head acceleration in g.
+    The file's checksum is verified first (see data/README.md for its source and licence).
+    """
+    path = pathlib.Path(path) if path else data_dir() / "mcycle.csv"
+    rows = list(csv.DictReader(_verified_bytes(path, MCYCLE_SHA256).decode().splitlines()))
+    times = torch.tensor([float(row["times"]) for row in rows])
+    accel = torch.tensor([float(row["accel"]) for row in rows])
+    return times, accel
+
+
+def target_function(x):
+    """Seed 004's test function f(x) = 2 sin x + 0.4 sin 3x + 0.6 sin 6x + sqrt(x), for x >= 0."""
+    return 2 * torch.sin(x) + 0.4 * torch.sin(3 * x) + 0.6 * torch.sin(6 * x) + torch.sqrt(x)
+
+
+class RegressionData(NamedTuple):
+    """Noisy training pairs and a clean test grid: x_train, y_train (n_train,); x_test, y_test (n_test,)."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+
+def make_synthetic_regression(n_train=100, n_test=201, x_max=10.0, noise_std=0.5, seed=0):
+    """Sample seed 004's regression problem with its own random generator (global state untouched).
+
+    x_train: n_train sorted uniform draws on [0, x_max]; y_train = f(x_train) + N(0, noise_std^2)
+    noise; x_test: n_test evenly spaced points on [0, x_max]; y_test = f(x_test) without noise.
+    """
+    require_positive("n_train", n_train)
+    require_positive("n_test", n_test)
+    require_positive("x_max", x_max)
+    generator = torch.Generator().manual_seed(seed)
+    x_train = torch.sort(torch.rand(n_train, generator=generator) * x_max).values
+    noise = torch.randn(n_train, generator=generator) * noise_std
+    x_test = torch.linspace(0, x_max, n_test)
+    return RegressionData(x_train, target_function(x_train) + noise, x_test, target_function(x_test))

@@ -1,0 +1,97 @@
+"""The exercise checks accept correct answers written independently and reject wrong ones clearly."""
+
+import pytest
+import torch
+
+from attention_course import checks
+from attention_course.checks import CheckFailed
+
+
+def learner_nw(queries, keys, values, bandwidth):
+    """A correct answer written the way a learner would: log-space scores and a softmax."""
+    scores = -((queries[:, None] - keys[None, :]) / bandwidth) ** 2 / 2
+    return torch.softmax(scores, dim=1) @ values
+
+
+def naive_nw(queries, keys, values, bandwidth):
+    """exp() then divide: right in the middle of the data, 0/0 = NaN far from it."""
+    kernel = torch.exp(-((queries[:, None] - keys[None, :]) / bandwidth) ** 2 / 2)
+    return (kernel @ values) / kernel.sum(dim=1)
+
+
+def stub(*args):
+    raise NotImplementedError
+
+
+def test_correct_answers_pass(capsys):
+    checks.check_nadaraya_watson(learner_nw)
+    checks.check_kernel_weights(lambda q, k, h: torch.softmax(-((q[:, None] - k) / h) ** 2 / 2, 1), "gaussian")
+
+    def epanechnikov(q, k, h):
+        kernel = (1 - ((q[:, None] - k[None, :]) / h) ** 2).clamp(min=0)
+        return kernel / kernel.sum(dim=1, keepdim=True)
+
+    checks.check_kernel_weights(epanechnikov, "epanechnikov")
+
+    def loo(keys, values, h):
+        errors = []
+        for i in range(len(keys)):
+            keep = torch.arange(len(keys)) != i
+            errors.append((learner_nw(keys[i:i + 1], keys[keep], values[keep], h) - values[i]) ** 2)
+        return torch.cat(errors).mean().item()
+
+    checks.check_leave_one_out(loo)
+    assert capsys.readouterr().out.count("Correct") == 4
+
+
+def test_underflow_is_explained():
+    with pytest.raises(CheckFailed, match=r"a query far from every key.*underflow"):
+        checks.check_nadaraya_watson(naive_nw)
+
+
+def test_stub_is_named():
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.check_nadaraya_watson(stub)
+
+
+def test_wrong_shape_and_value_are_reported():
+    with pytest.raises(CheckFailed, match=r"shape \(5, 1\), expected \(5,\)"):
+        checks.check_nadaraya_watson(lambda *a: learner_nw(*a)[:, None])
+    with pytest.raises(CheckFailed, match=r"index \(0,\) is .*expected"):
+        checks.check_nadaraya_watson(lambda q, k, v, h: learner_nw(q, k, v, 2 * h))
+
+
+def test_unnormalised_kernel_weights_name_the_row():
+    def unnormalised(q, k, h):
+        return (1 - ((q[:, None] - k[None, :]) / h) ** 2).clamp(min=0)
+
+    with pytest.raises(CheckFailed, match=r"row 0 sums to .*, not 1"):
+        checks.check_kernel_weights(unnormalised, "epanechnikov")
+
+
+def test_in_sample_error_gets_a_hint():
+    def in_sample(keys, values, h):
+        return torch.mean((learner_nw(keys, keys, values, h) - values) ** 2).item()
+
+    with pytest.raises(CheckFailed, match="mask each point's own key"):
+        checks.check_leave_one_out(in_sample)
+
+
+@pytest.mark.parametrize("weights, message", [
+    (torch.tensor([[0.5, 0.5], [0.2, 0.3]]), r"row 1 sums to 0.5000, not 1"),
+    (torch.tensor([[1.5, -0.5]]), r"row 0 has a negative weight"),
+    (torch.tensor([[0.5, 0.5], [float("nan"), 1.0]]), r"row 1 contains NaN"),
+])
+def test_check_attention_weights_messages(weights, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_attention_weights(weights)
+
+
+def test_check_attention_weights_accepts_batches(capsys):
+    checks.check_attention_weights(torch.softmax(torch.randn(2, 3, 4), dim=-1))
+    assert "all 6 rows" in capsys.readouterr().out
+
+
+def test_unknown_kernel_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown kernel"):
+        checks.check_kernel_weights(stub, "triangle")

