@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from attention_course import KernelRegression, leave_one_out_mse, nadaraya_watson
+from attention_course import KernelRegression, leave_one_out_mse, nadaraya_watson, select_bandwidth
 from attention_course.pooling import KERNELS, kernel_scores
 
 CLOSED_FORMS = {
@@ -201,3 +201,22 @@ def test_kernel_scores_are_log_kernel_values():
     inside = u.abs() < 1
     torch.testing.assert_close(scores[inside], torch.log(1 - u[inside] ** 2))
     assert torch.isneginf(scores[~inside]).all()
+
+
+def test_select_bandwidth_picks_the_smallest_brute_force_error():
+    _, keys, values = random_problem(14, n_k=25)
+    candidates = [0.1, 0.3, 0.6, 1.2, 2.4]
+    best, errors = select_bandwidth(keys, values, candidates)
+    expected = [brute_force_loo(keys, values, h) for h in candidates]
+    torch.testing.assert_close(errors, torch.tensor(expected, dtype=torch.float64))
+    assert best == candidates[expected.index(min(expected))]
+
+
+def test_select_bandwidth_skips_widths_that_leave_a_point_alone():
+    keys = torch.tensor([0.0, 0.1, 0.2, 5.0, 5.1], dtype=torch.float64)
+    values = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
+    best, errors = select_bandwidth(keys, values, [0.05, 0.15, 10.0], "boxcar")
+    assert torch.isinf(errors[0]) and torch.isfinite(errors[1:]).all()
+    assert best in (0.15, 10.0)
+    with pytest.raises(ValueError, match="no bandwidth among"):
+        select_bandwidth(keys, values, [0.01, 0.05], "boxcar")

@@ -3,7 +3,13 @@
 from . import checks, data, plotting, pooling
 from .data import load_mcycle, make_synthetic_regression, target_function
 from .plotting import plot_attention, plot_regression
-from .pooling import KernelRegression, kernel_scores, leave_one_out_mse, nadaraya_watson
+from .pooling import (
+    KernelRegression,
+    kernel_scores,
+    leave_one_out_mse,
+    nadaraya_watson,
+    select_bandwidth,
+)
 
 __version__ = "0.1.0"
 
@@ -20,5 +26,6 @@ __all__ = [
     "plot_regression",
     "plotting",
     "pooling",
+    "select_bandwidth",
     "target_function",
 ]

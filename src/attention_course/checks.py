@@ -15,7 +15,7 @@ class CheckFailed(AssertionError):
 
 
 def _passed(what, n_cases):
-    print(f"Correct: {what} matches the reference on all {n_cases} test cases.")
+    print(f"Correct: {what} agrees with the reference on all {n_cases} test cases.")
 
 
 def _run(fn, args, case):
@@ -123,7 +123,7 @@ def check_kernel_weights(fn, kernel):
         if problem and got.shape == expected.shape:
             raise CheckFailed(f"case '{case}': {problem}")
         _compare(got, expected, case, "weights")
-    _passed(f"your {kernel} attention weights", len(cases))
+    _passed(f"your {kernel} attention-weight matrix", len(cases))
 
 
 def check_leave_one_out(fn):

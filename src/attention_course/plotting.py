@@ -52,7 +52,7 @@ def plot_attention(weights, xlabel="keys", ylabel="queries", titles=None, extent
 
 
 def plot_regression(x_train, y_train, x_test, predictions, truth=None, ax=None,
-                    xlabel="x", ylabel="y", title=None):
+                    xlabel="x", ylabel="y", title=None, data_label="training data"):
     """Training points, optionally the true curve, and one curve per entry of `predictions`.
 
     x_train, y_train: (n_train,); x_test: (n_test,); predictions: {label: (n_test,)};
@@ -64,7 +64,7 @@ def plot_regression(x_train, y_train, x_test, predictions, truth=None, ax=None,
                              f"x_test has {shape_of(x_test)}")
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.6), constrained_layout=True)
-    ax.scatter(x_train, y_train, s=12, color="0.55", alpha=0.8, label="training data")
+    ax.scatter(x_train, y_train, s=12, color="0.55", alpha=0.8, label=data_label)
     if truth is not None:
         ax.plot(x_test, truth, color="black", linestyle="--", linewidth=1.5, label="true function")
     for colour, (label, curve) in zip(OKABE_ITO, predictions.items()):

@@ -129,6 +129,28 @@ def leave_one_out_mse(keys, values, bandwidth=1.0, kernel="gaussian"):
     return torch.mean((predictions - values) ** 2).item()
 
 
+def select_bandwidth(keys, values, bandwidths, kernel="gaussian"):
+    """Pick the bandwidth with the smallest leave-one-out error: returns (best, errors).
+
+    keys (n,), values (n,), bandwidths: a sequence or 1-D tensor of candidates (n_h,).
+    errors is a float64 tensor (n_h,); it holds inf where a compact kernel leaves some point
+    with no other key in reach, so such a bandwidth is never chosen.
+    """
+    candidates = torch.as_tensor(bandwidths, dtype=torch.float64)
+    require_rank("bandwidths", candidates, 1)
+    errors = torch.full_like(candidates, float("inf"))
+    for index, bandwidth in enumerate(candidates.tolist()):
+        try:
+            errors[index] = leave_one_out_mse(keys, values, bandwidth, kernel)
+        except ValueError as error:
+            if "no key within the kernel's reach" not in str(error):
+                raise
+    if torch.isinf(errors).all():
+        raise ValueError(f"no bandwidth among {candidates.tolist()} reaches a neighbour "
+                         f"for every one of the {keys.shape[0]} keys")
+    return candidates[errors.argmin()].item(), errors
+
+
 class KernelRegression(nn.Module):
     """Gaussian Nadaraya–Watson regression with a bandwidth learned by gradient descent.
 
