@@ -1,0 +1,42 @@
+# Every target creates .venv from requirements.txt by itself on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+READY  := $(VENV)/.requirements-installed
+PORT   ?= 8000
+
+.PHONY: help book test student serve execute bench clean
+
+help:
+	@echo "make book     build the website into _build/html (warnings are errors)"
+	@echo "make test     everything CI checks: package, notebooks, book, Colab, browser, student"
+	@echo "make student  the student edition: _build/student/{notebooks,_build/html}"
+	@echo "make serve    preview _build/html on http://127.0.0.1:$(PORT)"
+	@echo "make execute  re-run notebooks and store their outputs (NB=chapters/01_... for one)"
+	@echo "make bench    time each notebook's execution"
+
+$(READY): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+book: $(READY)
+	$(BIN)/python scripts/book.py
+
+test: $(READY)
+	$(BIN)/python -m pytest tests chapters templates --nbval -p no:cacheprovider
+
+student: $(READY)
+	$(BIN)/python scripts/student.py
+
+serve: book
+	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
+
+execute: $(READY)
+	$(BIN)/python scripts/notebooks.py execute $(NB)
+
+bench: $(READY)
+	$(BIN)/python scripts/notebooks.py bench $(NB)
+
+clean:
+	rm -rf _build

@@ -1,0 +1,134 @@
+"""Invariants of the book: table of contents, notebook structure, clean stored outputs, pins."""
+
+import json
+import pathlib
+import re
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+TEMPLATE = nbformat.read(ROOT / "templates" / "chapter.ipynb", as_version=4)
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+MACHINE_TRACES = re.compile(r"/work/|/home/|/root/|/tmp/|site-packages|\bat 0x[0-9a-f]+")
+
+
+def toc_files():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [chapter["file"] for part in toc["parts"] for chapter in part["chapters"]]
+
+
+def code_cells(notebook):
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def setup_cell(notebook):
+    return code_cells(notebook)[0]
+
+
+@pytest.fixture(params=CHAPTERS, ids=lambda path: path.name)
+def notebook(request):
+    return nbformat.read(request.param, as_version=4)
+
+
+def test_there_are_chapters():
+    assert CHAPTERS, "chapters/ holds no notebook"
+
+
+def test_every_notebook_is_in_the_toc_and_every_toc_entry_exists():
+    listed = [entry for entry in toc_files() if entry.startswith("chapters/")]
+    on_disk = [f"chapters/{path.stem}" for path in CHAPTERS]
+    assert sorted(listed) == on_disk, "chapters/ and _toc.yml disagree"
+    for entry in toc_files():
+        assert any((ROOT / f"{entry}{suffix}").exists() for suffix in (".ipynb", ".md")), entry
+
+
+def test_chapters_are_numbered_in_reading_order():
+    listed = [entry for entry in toc_files() if entry.startswith("chapters/")]
+    numbers = [int(re.fullmatch(r"chapters/(\d\d)_[a-z0-9_]+", entry)[1]) for entry in listed]
+    assert numbers == list(range(1, len(numbers) + 1))
+
+
+def test_notebook_is_valid_and_fully_executed_in_order(notebook):
+    nbformat.validate(notebook)
+    counts = [cell.execution_count for cell in code_cells(notebook)]
+    assert counts == list(range(1, len(counts) + 1)), "run every cell once, top to bottom"
+
+
+def test_setup_cell_is_the_templates_and_is_hidden(notebook):
+    cell = setup_cell(notebook)
+    assert cell.source == setup_cell(TEMPLATE).source
+    assert "remove-cell" in cell.metadata.get("tags", [])
+    assert cell.outputs == []
+
+
+def test_setup_cell_uses_the_books_repository_url():
+    url = re.search(r'"(https://[^"]+)"', setup_cell(TEMPLATE).source)[1]
+    assert url == CONFIG["repository"]["url"]
+
+
+def test_stored_outputs_are_clean(notebook):
+    for index, cell in enumerate(code_cells(notebook)):
+        for output in cell.outputs:
+            where = f"code cell {index}: {cell.source[:60]!r}"
+            assert output.output_type != "error", f"a traceback is stored in {where}"
+            assert not (output.output_type == "stream" and output.name == "stderr"), \
+                f"stderr output stored in {where}"
+            text = json.dumps({key: value for key, value in output.get("data", {}).items()
+                               if not key.startswith("image/")}) + output.get("text", "")
+            assert "Warning" not in text, f"a warning is stored in {where}"
+            assert not MACHINE_TRACES.search(text), f"a machine path or address in {where}"
+
+
+def test_figures_have_captions_and_alt_text(notebook):
+    figures = 0
+    for cell in code_cells(notebook):
+        if any("image/png" in output.get("data", {}) for output in cell.outputs):
+            figures += 1
+            options = cell.metadata.get("mystnb", {})
+            assert options.get("figure", {}).get("caption"), cell.source[:80]
+            assert options.get("figure", {}).get("name", "").startswith("fig-"), cell.source[:80]
+            assert options.get("image", {}).get("alt"), cell.source[:80]
+    assert figures >= 3
+
+
+def test_has_exercises_with_solutions_and_a_self_check(notebook):
+    markdown = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+    exercises = re.findall(r"^:::\{exercise\}.*\n:label: (\S+)", markdown, re.M)
+    solved = re.findall(r"^```\{solution-start\} (\S+)", markdown, re.M)
+    assert len(exercises) >= 4
+    assert sorted(solved) == sorted(exercises), "every exercise needs exactly one solution"
+    assert markdown.count("{solution-start}") == markdown.count("{solution-end}")
+    checks = [cell for cell in code_cells(notebook) if "check" in cell.metadata.get("tags", [])]
+    assert checks and all("checks.check_" in cell.source for cell in checks)
+
+
+def test_solution_markers_are_paired(notebook):
+    for cell in code_cells(notebook):
+        begins = cell.source.count("### BEGIN SOLUTION")
+        assert begins == cell.source.count("### END SOLUTION")
+
+
+def test_requirements_are_exact_pins_and_the_package_is_loose():
+    lines = [line.strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    pins = [line for line in lines if line != "-e ."]
+    assert "-e ." in lines
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[^\s=]+", line) for line in pins), pins
+    names = {line.split("==")[0].lower(): line.split("==")[1] for line in pins}
+    assert names["torch"] == "2.13.0"
+    assert names["jupyter-book"] == "1.0.4.post1"
+    for needed in ("sphinx-exercise", "sphinx-togglebutton", "nbval", "numpy", "matplotlib",
+                   "ipykernel", "pytest", "sphinx-mathjax-offline", "sphinxcontrib-bibtex"):
+        assert needed in names, needed
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    dependencies = re.search(r"dependencies = \[(.*?)\]", pyproject, re.S)[1]
+    assert "==" not in dependencies and "<" not in dependencies
+
+
+def test_ci_runs_the_readmes_test_command():
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make book" in readme
