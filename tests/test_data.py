@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from attention_course import load_mcycle, make_synthetic_regression, target_function
+from attention_course import load_mcycle, make_synthetic_regression, split_data, target_function
 from attention_course.data import MCYCLE_SHA256, data_dir
 
 
@@ -83,3 +83,25 @@ def test_synthetic_data_layout_and_noise_level():
 def test_synthetic_bad_sizes_raise(kwargs):
     with pytest.raises(ValueError, match="must be positive"):
         make_synthetic_regression(**kwargs)
+
+
+def test_split_data_partitions_and_is_seeded():
+    x = torch.arange(20.0)
+    y = 2 * x
+    x_fit, y_fit, x_held, y_held = split_data(x, y, held_out_fraction=0.25, seed=3)
+    assert len(x_held) == 5 and len(x_fit) == 15
+    assert sorted((x_fit.tolist() + x_held.tolist())) == x.tolist()   # a partition
+    assert torch.equal(y_fit, 2 * x_fit) and torch.equal(y_held, 2 * x_held)  # pairs kept
+    assert bool((x_fit[1:] > x_fit[:-1]).all())                          # order kept
+    again = split_data(x, y, held_out_fraction=0.25, seed=3)
+    assert torch.equal(again[2], x_held)
+    assert not torch.equal(split_data(x, y, 0.25, seed=4)[2], x_held)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((torch.ones(3), torch.ones(4)), "must be 1-D of equal length"),
+    ((torch.ones(3), torch.ones(3), 0.01), "leaves no point"),
+])
+def test_split_data_bad_input(args, message):
+    with pytest.raises(ValueError, match=message):
+        split_data(*args)

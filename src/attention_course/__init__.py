@@ -1,7 +1,9 @@
 """attention_course: the tested helper package shared by every chapter of the course."""
 
-from . import checks, data, plotting, pooling
-from .data import load_mcycle, make_synthetic_regression, target_function
+from . import attention, checks, data, masking, plotting, pooling, scoring
+from .attention import AdditiveAttention, scaled_dot_product_attention
+from .data import load_mcycle, make_synthetic_regression, split_data, target_function
+from .masking import causal_mask, masked_softmax, valid_lens_mask
 from .plotting import plot_attention, plot_regression
 from .pooling import (
     KernelRegression,
@@ -10,22 +12,45 @@ from .pooling import (
     nadaraya_watson,
     select_bandwidth,
 )
+from .scoring import (
+    SIMILARITIES,
+    cosine_scores,
+    dot_product_scores,
+    rbf_scores,
+    scaled_dot_product_scores,
+    soft_nearest_neighbours,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdditiveAttention",
     "KernelRegression",
+    "SIMILARITIES",
+    "attention",
+    "causal_mask",
     "checks",
+    "cosine_scores",
     "data",
+    "dot_product_scores",
     "kernel_scores",
     "leave_one_out_mse",
     "load_mcycle",
     "make_synthetic_regression",
+    "masked_softmax",
+    "masking",
     "nadaraya_watson",
     "plot_attention",
     "plot_regression",
     "plotting",
     "pooling",
+    "rbf_scores",
+    "scaled_dot_product_attention",
+    "scaled_dot_product_scores",
+    "scoring",
     "select_bandwidth",
+    "soft_nearest_neighbours",
+    "split_data",
     "target_function",
+    "valid_lens_mask",
 ]

@@ -78,3 +78,20 @@ def make_synthetic_regression(n_train=100, n_test=201, x_max=10.0, noise_std=0.5
     noise = torch.randn(n_train, generator=generator) * noise_std
     x_test = torch.linspace(0, x_max, n_test)
     return RegressionData(x_train, target_function(x_train) + noise, x_test, target_function(x_test))
+
+
+def split_data(x, y, held_out_fraction=0.25, seed=0):
+    """Randomly split paired data x (n,), y (n,) into (x_fit, y_fit, x_held, y_held).
+
+    The held-out part has round(n * held_out_fraction) points; both parts keep x's order.
+    """
+    if x.shape != y.shape or x.dim() != 1:
+        raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must be 1-D of equal length")
+    n_held = round(len(x) * held_out_fraction)
+    if not 0 < n_held < len(x):
+        raise ValueError(f"held_out_fraction {held_out_fraction} leaves no point on one side "
+                         f"of the split of {len(x)} points")
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    held = torch.zeros(len(x), dtype=torch.bool)
+    held[order[:n_held]] = True
+    return x[~held], y[~held], x[held], y[held]

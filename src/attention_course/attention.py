@@ -1,0 +1,110 @@
+"""Attention functions and layers: scaled dot-product attention (chapters 4–5) and additive
+attention (chapter 3)."""
+
+import math
+
+import torch
+from torch import nn
+
+from ._shapes import require_rank, require_tensor, shape_of
+from .masking import causal_mask, masked_softmax, softmax_with_mask
+
+
+def _check_qkv(query, key, value):
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_rank(name, tensor, tuple(range(2, 8)))
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query {shape_of(query)} and key {shape_of(key)} must share the "
+                         "feature size E (last dimension)")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"key {shape_of(key)} and value {shape_of(value)} must have the same "
+                         "number of keys S (second-to-last dimension)")
+    try:
+        torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"the batch dimensions of query {shape_of(query)}, key {shape_of(key)} "
+                         f"and value {shape_of(value)} do not broadcast") from None
+
+
+def _allowed_and_bias(attn_mask, is_causal, scores):
+    """Turn PyTorch-style mask arguments into (allowed bool mask or None, additive bias or None)."""
+    n_queries, n_keys = scores.shape[-2:]
+    if is_causal and attn_mask is not None:
+        raise ValueError("pass either attn_mask or is_causal=True, not both (as in PyTorch)")
+    if is_causal:
+        return causal_mask(n_queries, n_keys, device=scores.device), None
+    if attn_mask is None:
+        return None, None
+    require_tensor("attn_mask", attn_mask)
+    try:
+        broadcast = torch.broadcast_shapes(attn_mask.shape, scores.shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != scores.shape:
+        raise ValueError(f"attn_mask {shape_of(attn_mask)} does not broadcast to the scores "
+                         f"(..., L, S) = {shape_of(scores)}")
+    if attn_mask.dtype == torch.bool:
+        return attn_mask, None
+    if not attn_mask.dtype.is_floating_point:
+        raise ValueError(f"attn_mask must be bool or floating point, got {attn_mask.dtype}")
+    return None, attn_mask
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
+    """softmax(Q K^T * scale + mask) V, with PyTorch's argument names and mask meanings.
+
+    query (..., L, E), key (..., S, E), value (..., S, Ev). attn_mask: bool, True = may attend,
+    or float, added to the scores; broadcastable to (..., L, S). is_causal: top-left causal mask.
+    scale: default 1 / sqrt(E). Returns (output (..., L, Ev), weights (..., L, S)). Equal to
+    `torch.nn.functional.scaled_dot_product_attention` wherever that is finite; a query with no
+    allowed key (a fully masked row) gets zero weights and a zero output, never NaN.
+    """
+    _check_qkv(query, key, value)
+    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * scale  # (..., L, S)
+    allowed, bias = _allowed_and_bias(attn_mask, is_causal, scores)
+    if bias is not None:
+        scores = scores + bias
+        allowed = ~torch.isneginf(scores)  # a -inf entry is a blocked one
+    weights = torch.softmax(scores, dim=-1) if allowed is None else softmax_with_mask(scores, allowed)
+    return weights @ value, weights
+
+
+class AdditiveAttention(nn.Module):
+    """Additive (Bahdanau et al. 2015) attention: score(q, k) = w_v^T tanh(W_q q + W_k k).
+
+    Queries and keys may have different sizes: W_q maps query_size and W_k maps key_size to
+    num_hiddens. forward(queries (batch, n_q, query_size), keys (batch, n_k, key_size),
+    values (batch, n_k, d_v), valid_lens=None) -> (batch, n_q, d_v); keeps `.attention_weights`
+    (batch, n_q, n_k). valid_lens is (batch,) or (batch, n_q), as for `masked_softmax`.
+    """
+
+    def __init__(self, query_size, key_size, num_hiddens, dropout=0.0):
+        super().__init__()
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights = None
+
+    def scores(self, queries, keys):
+        """(batch, n_q, query_size), (batch, n_k, key_size) -> (batch, n_q, n_k)."""
+        require_rank("queries", queries, 3)
+        require_rank("keys", keys, 3)
+        if queries.shape[-1] != self.W_q.in_features or keys.shape[-1] != self.W_k.in_features:
+            raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} must end in "
+                             f"query_size={self.W_q.in_features} and key_size={self.W_k.in_features}")
+        if queries.shape[0] != keys.shape[0]:
+            raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} disagree on "
+                             "the batch size")
+        # (batch, n_q, 1, h) + (batch, 1, n_k, h) -> (batch, n_q, n_k, h): every query-key pair
+        features = torch.tanh(self.W_q(queries)[:, :, None, :] + self.W_k(keys)[:, None, :, :])
+        return self.w_v(features).squeeze(-1)
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        require_rank("values", values, 3)
+        if values.shape[:2] != keys.shape[:2]:
+            raise ValueError(f"keys {shape_of(keys)} and values {shape_of(values)} must agree on "
+                             "(batch, n_k)")
+        self.attention_weights = masked_softmax(self.scores(queries, keys), valid_lens)
+        return self.dropout(self.attention_weights) @ values

@@ -1,0 +1,73 @@
+"""Masks and the masked softmax (chapter 5).
+
+Convention throughout the package, as in `torch.nn.functional.scaled_dot_product_attention`:
+a boolean mask is True where a query MAY attend to a key. A row of scores with no allowed key
+gets weights of exactly zero, never NaN.
+"""
+
+import torch
+
+from ._shapes import require_rank, require_tensor, shape_of
+
+
+def causal_mask(n_queries, n_keys=None, device=None):
+    """Bool (n_queries, n_keys), True where key j <= query i may be attended (top-left aligned,
+    as PyTorch's `is_causal`). With more keys than queries the extra keys are all masked for
+    early queries; with fewer, late queries see every key."""
+    n_keys = n_queries if n_keys is None else n_keys
+    if n_queries < 1 or n_keys < 1:
+        raise ValueError(f"a causal mask needs n_queries, n_keys >= 1, got ({n_queries}, {n_keys})")
+    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril()
+
+
+def valid_lens_mask(valid_lens, n_queries, n_keys):
+    """Bool (batch, n_queries, n_keys), True where key position j < valid_len.
+
+    valid_lens: integer tensor (batch,) — one length per sequence — or (batch, n_queries) — one
+    length per query. Each length must lie in [0, n_keys].
+    """
+    require_rank("valid_lens", valid_lens, (1, 2))
+    if valid_lens.dtype.is_floating_point and not torch.equal(valid_lens, valid_lens.round()):
+        raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold whole numbers")
+    if valid_lens.dim() == 2 and valid_lens.shape[1] != n_queries:
+        raise ValueError(f"valid_lens {shape_of(valid_lens)} must be (batch,) or "
+                         f"(batch, n_queries={n_queries})")
+    if ((valid_lens < 0) | (valid_lens > n_keys)).any():
+        raise ValueError(f"valid_lens {valid_lens.tolist()} out of range: each must be in "
+                         f"[0, n_keys={n_keys}]")
+    lengths = valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens  # (batch, 1 or n_q)
+    positions = torch.arange(n_keys, device=valid_lens.device)
+    return positions[None, None, :] < lengths[:, :, None]  # (batch, 1 or n_q, n_keys)
+
+
+def softmax_with_mask(scores, allowed):
+    """Softmax over the last axis keeping only entries where `allowed` (bool, broadcastable to
+    scores) is True; a row with nothing allowed returns zeros. No NaN in the output or the
+    gradient."""
+    allowed = allowed.expand_as(scores)
+    any_allowed = allowed.any(dim=-1, keepdim=True)
+    # Fill blocked entries with -inf, but a fully blocked row with 0 so its softmax stays finite.
+    safe_scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(~any_allowed, 0.0)
+    return torch.softmax(safe_scores, dim=-1) * any_allowed
+
+
+def masked_softmax(scores, valid_lens=None):
+    """Softmax over the last axis of scores (batch, ..., n_queries, n_keys) where key positions
+    j >= valid_len get weight 0.
+
+    valid_lens: None, (batch,) or (batch, n_queries). A row with valid_len 0 returns zeros.
+    """
+    require_tensor("scores", scores)
+    if scores.dim() < 3:
+        raise ValueError(f"scores must be (batch, ..., n_queries, n_keys), got shape "
+                         f"{shape_of(scores)}")
+    if valid_lens is None:
+        return torch.softmax(scores, dim=-1)
+    require_tensor("valid_lens", valid_lens)
+    if valid_lens.shape[0] != scores.shape[0]:
+        raise ValueError(f"valid_lens {shape_of(valid_lens)} and scores {shape_of(scores)} "
+                         "disagree on the batch size")
+    allowed = valid_lens_mask(valid_lens, scores.shape[-2], scores.shape[-1])
+    extra_dims = scores.dim() - 3  # e.g. a heads axis between batch and queries
+    allowed = allowed.reshape(allowed.shape[0], *([1] * extra_dims), *allowed.shape[1:])
+    return softmax_with_mask(scores, allowed)

@@ -1,0 +1,76 @@
+"""Similarity scores between queries and keys (chapter 3): the first step of every attention.
+
+All functions take queries (..., n_q, d) and keys (..., n_k, d) with the same leading dimensions
+and return scores (..., n_q, n_k). Each is a different inductive bias:
+dot product (direction and length), cosine (angle only), RBF (Euclidean distance).
+"""
+
+import math
+
+import torch
+
+from ._shapes import require_positive, require_rank, shape_of
+
+
+def _check_pair(queries, keys):
+    require_rank("queries", queries, tuple(range(2, 8)))
+    require_rank("keys", keys, tuple(range(2, 8)))
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} must share "
+                         "the feature size (last dimension)")
+    if queries.shape[:-2] != keys.shape[:-2]:
+        raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} must share "
+                         "their leading (batch) dimensions")
+
+
+def dot_product_scores(queries, keys, temperature=1.0):
+    """q . k / temperature."""
+    _check_pair(queries, keys)
+    require_positive("temperature", temperature)
+    return queries @ keys.transpose(-2, -1) / temperature
+
+
+def scaled_dot_product_scores(queries, keys, temperature=1.0):
+    """q . k / (sqrt(d) * temperature): the transformer's score (Vaswani et al. 2017)."""
+    return dot_product_scores(queries, keys, temperature) / math.sqrt(queries.shape[-1])
+
+
+def cosine_scores(queries, keys, temperature=1.0, eps=1e-9):
+    """cos(q, k) / temperature = q . k / (|q| |k| temperature); a zero vector scores 0."""
+    _check_pair(queries, keys)
+    unit_queries = queries / (queries.norm(dim=-1, keepdim=True) + eps)
+    unit_keys = keys / (keys.norm(dim=-1, keepdim=True) + eps)
+    return dot_product_scores(unit_queries, unit_keys, temperature)
+
+
+def rbf_scores(queries, keys, bandwidth=1.0):
+    """-|q - k|^2 / (2 bandwidth^2): the log of a Gaussian kernel, as in chapter 1."""
+    _check_pair(queries, keys)
+    require_positive("bandwidth", bandwidth)
+    squared_distances = torch.cdist(queries, keys, compute_mode="donot_use_mm_for_euclid_dist") ** 2
+    return -squared_distances / (2 * bandwidth**2)
+
+
+SIMILARITIES = {
+    "dot": dot_product_scores,
+    "scaled_dot": scaled_dot_product_scores,
+    "cosine": cosine_scores,
+    "rbf": rbf_scores,
+}
+
+
+def soft_nearest_neighbours(queries, keys, values, similarity="scaled_dot", **options):
+    """Attention as soft k-NN: scores -> softmax -> weighted average of values.
+
+    queries (..., n_q, d), keys (..., n_k, d), values (..., n_k, d_v); `similarity` is a key of
+    SIMILARITIES and `options` its keyword (temperature or bandwidth).
+    Returns (output (..., n_q, d_v), weights (..., n_q, n_k)).
+    """
+    if similarity not in SIMILARITIES:
+        raise ValueError(f"unknown similarity {similarity!r}; choose one of {sorted(SIMILARITIES)}")
+    require_rank("values", values, tuple(range(2, 8)))
+    if values.shape[:-1] != keys.shape[:-1]:
+        raise ValueError(f"keys {shape_of(keys)} and values {shape_of(values)} must agree on "
+                         "every dimension but the last (one value per key)")
+    weights = torch.softmax(SIMILARITIES[similarity](queries, keys, **options), dim=-1)
+    return weights @ values, weights
