@@ -95,3 +95,46 @@ def test_check_attention_weights_accepts_batches(capsys):
 def test_unknown_kernel_is_a_value_error():
     with pytest.raises(ValueError, match="unknown kernel"):
         checks.check_kernel_weights(stub, "triangle")
+
+
+def test_chapter_2_to_5_checks_accept_independent_answers(capsys):
+    checks.check_batched_pooling(lambda w, v: torch.bmm(w, v))
+    checks.check_per_key_weights(
+        lambda q, k, h: torch.softmax(-((q[:, None] - k[None, :]) / h[None, :]) ** 2 / 2, dim=1))
+    checks.check_similarity(lambda q, k: q @ k.T / 0.5, "dot", temperature=0.5)
+    checks.check_similarity(
+        lambda q, k: -((q[:, None, :] - k[None, :, :]) ** 2).sum(-1) / (2 * 0.5**2), "rbf", bandwidth=0.5)
+    checks.check_entropy(lambda p: -torch.special.xlogy(p, p).sum(-1))
+    checks.check_softmax_jacobian(lambda s: torch.diag(torch.softmax(s, 0)) - torch.outer(
+        torch.softmax(s, 0), torch.softmax(s, 0)))
+
+    def loop_masked_softmax(scores, valid_lens):
+        out = torch.zeros_like(scores)
+        for b in range(scores.shape[0]):
+            for i in range(scores.shape[1]):
+                n = int(valid_lens[b] if valid_lens.dim() == 1 else valid_lens[b, i])
+                if n:
+                    out[b, i, :n] = torch.softmax(scores[b, i, :n], dim=0)
+        return out
+
+    checks.check_masked_softmax(loop_masked_softmax)
+    checks.check_causal_mask(lambda n_q, n_k: torch.tensor([[j <= i for j in range(n_k)] for i in range(n_q)]))
+    assert capsys.readouterr().out.count("Correct") == 8
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: checks.check_batched_pooling(lambda w, v: w @ v.transpose(1, 2)), r"raised RuntimeError"),
+    (lambda: checks.check_per_key_weights(lambda q, k, h: torch.softmax(-((q[:, None] - k) / h.mean()) ** 2 / 2, 1)), r"your weights at index"),
+    (lambda: checks.check_similarity(lambda q, k: q @ k.T, "scaled_dot"), r"your scores at index"),
+    (lambda: checks.check_entropy(lambda p: -(p * p.log()).sum(-1)), r"one-hot rows .* holds nan"),
+    (lambda: checks.check_softmax_jacobian(lambda s: torch.diag(torch.softmax(s, 0))), r"your Jacobian at index"),
+    (lambda: checks.check_masked_softmax(lambda s, v: torch.softmax(s.masked_fill(
+        torch.arange(s.shape[-1]) >= (v[:, None, None] if v.dim() == 1 else v[:, :, None]), float("-inf")), -1)),
+     r"a sequence of length 0.*holds nan"),
+    (lambda: checks.check_causal_mask(lambda n_q, n_k: ~torch.ones(n_q, n_k, dtype=torch.bool).tril()), r"inverted"),
+    (lambda: checks.check_causal_mask(lambda n_q, n_k: torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q)), r"2 queries, 5 keys.*query 0 may not attend to key 1"),
+    (lambda: checks.check_causal_mask(lambda n_q, n_k: torch.ones(n_q, n_k).tril()), r"dtype torch.float32"),
+])
+def test_chapter_2_to_5_checks_explain_wrong_answers(call, message):
+    with pytest.raises(CheckFailed, match=message):
+        call()
