@@ -15,7 +15,7 @@ class CheckFailed(AssertionError):
 
 
 def _passed(what, n_cases):
-    print(f"Correct: {what} agrees with the reference on all {n_cases} test cases.")
+    print(f"Correct: {what}: all {n_cases} test cases agree with the reference.")
 
 
 def _run(fn, args, case):
