@@ -1,9 +1,10 @@
 """attention_course: the tested helper package shared by every chapter of the course."""
 
-from . import attention, checks, data, masking, plotting, pooling, scoring
+from . import attention, checks, data, masking, multihead, plotting, pooling, scoring
 from .attention import AdditiveAttention, scaled_dot_product_attention
 from .data import load_mcycle, make_synthetic_regression, split_data, target_function
 from .masking import causal_mask, masked_softmax, valid_lens_mask
+from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
 from .plotting import plot_attention, plot_regression
 from .pooling import (
     KernelRegression,
@@ -25,6 +26,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdditiveAttention",
+    "GroupedQueryAttention",
+    "MultiHeadAttention",
     "KernelRegression",
     "SIMILARITIES",
     "attention",
@@ -34,11 +37,13 @@ __all__ = [
     "data",
     "dot_product_scores",
     "kernel_scores",
+    "kv_cache_bytes",
     "leave_one_out_mse",
     "load_mcycle",
     "make_synthetic_regression",
     "masked_softmax",
     "masking",
+    "multihead",
     "nadaraya_watson",
     "plot_attention",
     "plot_regression",
