@@ -138,3 +138,38 @@ def test_chapter_2_to_5_checks_accept_independent_answers(capsys):
 def test_chapter_2_to_5_checks_explain_wrong_answers(call, message):
     with pytest.raises(CheckFailed, match=message):
         call()
+
+
+def test_chapter_6_to_8_checks_accept_independent_answers(capsys):
+    def self_attention(x, w_q, w_k, w_v):
+        q, k, v = x @ w_q, x @ w_k, x @ w_v
+        return torch.softmax(q @ k.T / q.shape[-1] ** 0.5, dim=-1) @ v
+
+    def encoding(n, d):
+        out = torch.zeros(n, d)
+        for p in range(n):
+            for i in range(0, d, 2):
+                out[p, i] = torch.sin(torch.tensor(p / 10000 ** (i / d)))
+                out[p, i + 1] = torch.cos(torch.tensor(p / 10000 ** (i / d)))
+        return out
+
+    checks.check_self_attention(self_attention)
+    checks.check_positional_encoding(encoding)
+    checks.check_split_heads(lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).permute(0, 2, 1, 3))
+    checks.check_mha_parameter_count(lambda e, h, bias: 4 * e * e + (4 * e if bias else 0))
+    checks.check_kv_cache_bytes(lambda b, s, n_l, n_kv, d, size: 2 * b * s * n_l * n_kv * d * size)
+    checks.check_repeat_kv(lambda kv, g: kv[:, :, None].expand(-1, -1, g, -1, -1).flatten(1, 2))
+    assert capsys.readouterr().out.count("Correct") == 6
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: checks.check_self_attention(lambda x, q, k, v: torch.softmax((x @ q) @ (x @ k).T, -1) @ (x @ v)), r"your output at index"),
+    (lambda: checks.check_split_heads(lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1)), r"your heads at index"),
+    (lambda: checks.check_mha_parameter_count(lambda e, h, bias: 3 * e * e), r"you count"),
+    (lambda: checks.check_kv_cache_bytes(lambda b, s, n_l, n_kv, d, size: b * s * n_l * n_kv * d * size), r"keys AND values"),
+    (lambda: checks.check_repeat_kv(lambda kv, g: kv.repeat(1, g, 1, 1)), r"torch.repeat_interleave"),
+    (lambda: checks.check_positional_encoding(lambda n, d: torch.zeros(n, d)), r"your encoding at index"),
+])
+def test_chapter_6_to_8_checks_explain_wrong_answers(call, message):
+    with pytest.raises(CheckFailed, match=message):
+        call()

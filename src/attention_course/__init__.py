@@ -1,11 +1,12 @@
 """attention_course: the tested helper package shared by every chapter of the course."""
 
-from . import attention, checks, data, masking, multihead, plotting, pooling, scoring
+from . import attention, checks, data, masking, multihead, plotting, pooling, positions, scoring
 from .attention import AdditiveAttention, scaled_dot_product_attention
 from .data import load_mcycle, make_synthetic_regression, split_data, target_function
 from .masking import causal_mask, masked_softmax, valid_lens_mask
 from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
 from .plotting import plot_attention, plot_regression
+from .positions import sinusoidal_positional_encoding
 from .pooling import (
     KernelRegression,
     kernel_scores,
@@ -49,11 +50,13 @@ __all__ = [
     "plot_regression",
     "plotting",
     "pooling",
+    "positions",
     "rbf_scores",
     "scaled_dot_product_attention",
     "scaled_dot_product_scores",
     "scoring",
     "select_bandwidth",
+    "sinusoidal_positional_encoding",
     "soft_nearest_neighbours",
     "split_data",
     "target_function",

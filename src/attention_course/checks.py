@@ -255,3 +255,95 @@ def check_causal_mask(fn):
                               f"attend to key {column}, but your mask says the opposite")
         _compare(got.float() if isinstance(got, torch.Tensor) else got, expected.float(), case, "mask")
     _passed("your causal mask", len(cases))
+
+
+def check_self_attention(fn):
+    """Check fn(x (n, d_in), W_q (d_in, d_k), W_k (d_in, d_k), W_v (d_in, d_v)) -> (n, d_v):
+    single-head self-attention softmax(X W_q (X W_k)^T / sqrt(d_k)) X W_v."""
+    from .attention import scaled_dot_product_attention
+
+    cases = [("4 tokens, d_in 3 -> d_k 2", 4, 3, 2, 2), ("6 tokens, d_k 8, d_v 5", 6, 4, 8, 5),
+             ("1 token", 1, 3, 4, 2)]
+    for number, (case, n, d_in, d_k, d_v) in enumerate(cases):
+        x = _random((n, d_in), number)
+        w_q, w_k, w_v = (_random(shape, 10 * number + i)
+                         for i, shape in enumerate([(d_in, d_k), (d_in, d_k), (d_in, d_v)]))
+        expected, _ = scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)
+        _compare(_run(fn, (x, w_q, w_k, w_v), case), expected, case)
+    _passed("your self-attention", len(cases))
+
+
+def check_positional_encoding(fn):
+    """Check fn(num_positions, dim) -> (num_positions, dim), the sinusoidal encoding."""
+    from .positions import sinusoidal_positional_encoding
+
+    cases = [(4, 2), (10, 8), (50, 16)]
+    for num_positions, dim in cases:
+        case = f"{num_positions} positions, dim {dim}"
+        expected = sinusoidal_positional_encoding(num_positions, dim)
+        got = _run(fn, (num_positions, dim), case)
+        _compare(got.to(expected.dtype) if isinstance(got, torch.Tensor) else got, expected, case,
+                 "encoding", atol=1e-4)
+    _passed("your positional encoding", len(cases))
+
+
+def check_split_heads(fn):
+    """Check fn(x (batch, seq, num_heads * head_dim), num_heads) -> (batch, num_heads, seq,
+    head_dim), where head h holds features h * head_dim ... (h + 1) * head_dim - 1."""
+    from .multihead import split_heads
+
+    cases = [("2 heads", (1, 3, 4), 2), ("4 heads, batch 2", (2, 5, 8), 4), ("1 head", (2, 2, 6), 1)]
+    for number, (case, shape, num_heads) in enumerate(cases):
+        x = _random(shape, number)
+        _compare(_run(fn, (x, num_heads), case), split_heads(x, num_heads), case, "heads")
+    _passed("your split_heads", len(cases))
+
+
+def check_mha_parameter_count(fn):
+    """Check fn(embed_dim, num_heads, bias) -> the number of parameters of multi-head attention,
+    against torch.nn.MultiheadAttention."""
+    cases = [(8, 2, True), (64, 8, False), (512, 8, True), (12, 3, False)]
+    for embed_dim, num_heads, bias in cases:
+        case = f"embed_dim {embed_dim}, {num_heads} heads, bias {bias}"
+        module = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias)
+        expected = sum(p.numel() for p in module.parameters())
+        got = _run(fn, (embed_dim, num_heads, bias), case)
+        if got != expected:
+            raise CheckFailed(f"case '{case}': you count {got}, PyTorch's module has {expected}")
+    _passed("your parameter count", len(cases))
+
+
+def check_kv_cache_bytes(fn):
+    """Check fn(batch_size, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_element) -> the
+    size of a KV cache in bytes."""
+    from .multihead import kv_cache_bytes
+
+    cases = [(1, 1, 1, 1, 1, 2), (1, 4096, 32, 32, 128, 2), (8, 2048, 32, 8, 128, 2),
+             (2, 100, 8, 2, 64, 4)]
+    names = ["batch_size", "seq_len", "num_layers", "num_kv_heads", "head_dim", "bytes_per_element"]
+    for arguments in cases:
+        case = ", ".join(f"{n}={a}" for n, a in zip(names, arguments))
+        expected = kv_cache_bytes(**dict(zip(names, arguments)))
+        got = _run(fn, arguments, case)
+        if got != expected:
+            hint = " (did you forget that keys AND values are cached?)" if got * 2 == expected else ""
+            raise CheckFailed(f"case '{case}': you say {got} bytes, expected {expected}{hint}")
+    _passed("your KV-cache size", len(cases))
+
+
+def check_repeat_kv(fn):
+    """Check fn(kv (batch, num_kv_heads, seq, head_dim), group_size) -> (batch, num_kv_heads *
+    group_size, seq, head_dim) in which query head h gets KV head h // group_size."""
+    cases = [("2 KV heads, groups of 2", (1, 2, 3, 4), 2), ("4 KV heads, groups of 3", (2, 4, 2, 2), 3),
+             ("groups of 1 (MHA)", (1, 3, 2, 2), 1)]
+    for number, (case, shape, group_size) in enumerate(cases):
+        kv = _random(shape, number)
+        expected = kv.repeat_interleave(group_size, dim=1)
+        got = _run(fn, (kv, group_size), case)
+        if (isinstance(got, torch.Tensor) and got.shape == expected.shape and group_size > 1
+                and torch.equal(got, kv.repeat(1, group_size, 1, 1))):
+            raise CheckFailed(f"case '{case}': your heads are in the order 0, 1, ..., 0, 1, ... "
+                              "(torch.repeat); query head h must read KV head h // group_size, "
+                              "as enable_gqa does (torch.repeat_interleave)")
+        _compare(got, expected, case, "repeated heads")
+    _passed("your KV-head repetition", len(cases))
