@@ -51,7 +51,7 @@ def load_mcycle(path=None):
 
 
 def target_function(x):
-    """Seed 004's test function f(x) = 2 sin x + 0.4 sin 3x + 0.6 sin 6x + sqrt(x), for x >= 0."""
+    """The course's test function f(x) = 2 sin x + 0.4 sin 3x + 0.6 sin 6x + sqrt(x), for x >= 0."""
     return 2 * torch.sin(x) + 0.4 * torch.sin(3 * x) + 0.6 * torch.sin(6 * x) + torch.sqrt(x)
 
 
@@ -65,7 +65,8 @@ class RegressionData(NamedTuple):
 
 
 def make_synthetic_regression(n_train=100, n_test=201, x_max=10.0, noise_std=0.5, seed=0):
-    """Sample seed 004's regression problem with its own random generator (global state untouched).
+    """Sample the test function's regression problem with its own random generator (the global
+    random state is untouched).
 
     x_train: n_train sorted uniform draws on [0, x_max]; y_train = f(x_train) + N(0, noise_std^2)
     noise; x_test: n_test evenly spaced points on [0, x_max]; y_test = f(x_test) without noise.

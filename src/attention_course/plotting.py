@@ -10,6 +10,7 @@ import torch
 from ._shapes import require_rank, shape_of
 
 OKABE_ITO = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+LINE_STYLES = ["-", "-.", ":", (0, (5, 1)), "-", "-.", ":", (0, (5, 1))]  # curves stay apart in grey
 
 
 def _as_grid(weights):
@@ -67,8 +68,9 @@ def plot_regression(x_train, y_train, x_test, predictions, truth=None, ax=None,
     ax.scatter(x_train, y_train, s=12, color="0.55", alpha=0.8, label=data_label)
     if truth is not None:
         ax.plot(x_test, truth, color="black", linestyle="--", linewidth=1.5, label="true function")
-    for colour, (label, curve) in zip(OKABE_ITO, predictions.items()):
-        ax.plot(x_test, torch.as_tensor(curve).detach(), color=colour, linewidth=2, label=label)
+    for colour, style, (label, curve) in zip(OKABE_ITO, LINE_STYLES, predictions.items()):
+        ax.plot(x_test, torch.as_tensor(curve).detach(), color=colour, linestyle=style,
+                linewidth=2, label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
