@@ -168,3 +168,16 @@ def test_additive_attention_bad_input(shapes, message):
     layer = AdditiveAttention(20, 2, 8)
     with pytest.raises(ValueError, match=message):
         layer(*(torch.randn(*shape) for shape in shapes))
+
+
+def test_attention_entropy_matches_the_definition():
+    from attention_course import attention_entropy
+
+    weights = torch.tensor([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]],
+                           dtype=torch.float64)
+    expected = [math.log(4), 0.0, math.log(2)]
+    torch.testing.assert_close(attention_entropy(weights), torch.tensor(expected, dtype=torch.float64))
+    row = torch.softmax(torch.randn(7, dtype=torch.float64), dim=0)
+    assert attention_entropy(row).item() == pytest.approx(-sum(p * math.log(p) for p in row.tolist()))
+    with pytest.raises(ValueError, match="weights must be a torch.Tensor"):
+        attention_entropy([0.5, 0.5])

@@ -1,7 +1,7 @@
 """attention_course: the tested helper package shared by every chapter of the course."""
 
 from . import attention, checks, data, masking, multihead, plotting, pooling, positions, scoring
-from .attention import AdditiveAttention, scaled_dot_product_attention
+from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_attention
 from .data import load_mcycle, make_synthetic_regression, split_data, target_function
 from .masking import causal_mask, masked_softmax, valid_lens_mask
 from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
@@ -32,6 +32,7 @@ __all__ = [
     "KernelRegression",
     "SIMILARITIES",
     "attention",
+    "attention_entropy",
     "causal_mask",
     "checks",
     "cosine_scores",

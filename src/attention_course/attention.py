@@ -108,3 +108,12 @@ class AdditiveAttention(nn.Module):
                              "(batch, n_k)")
         self.attention_weights = masked_softmax(self.scores(queries, keys), valid_lens)
         return self.dropout(self.attention_weights) @ values
+
+
+def attention_entropy(weights):
+    """Entropy in nats of each row of attention weights: (..., n_k) -> (...), with 0 log 0 = 0.
+
+    ln(n_k) for uniform weights, 0 for one-hot weights.
+    """
+    require_tensor("weights", weights)
+    return -torch.special.xlogy(weights, weights).sum(dim=-1)

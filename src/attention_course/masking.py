@@ -21,7 +21,8 @@ def causal_mask(n_queries, n_keys=None, device=None):
 
 
 def valid_lens_mask(valid_lens, n_queries, n_keys):
-    """Bool (batch, n_queries, n_keys), True where key position j < valid_len.
+    """Bool (batch, 1, n_keys) for valid_lens (batch,), or (batch, n_queries, n_keys) for
+    valid_lens (batch, n_queries): True where key position j < valid_len.
 
     valid_lens: integer tensor (batch,) — one length per sequence — or (batch, n_queries) — one
     length per query. Each length must lie in [0, n_keys].
