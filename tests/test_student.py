@@ -18,8 +18,9 @@ SOLUTION_CODE = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S)
 
 
 def solution_fragments(notebook):
-    """Distinctive lines of every solution: answer code, and the text of gated solution cells."""
-    fragments, inside = set(), False
+    """Distinctive lines of every solution (answer code, and the text of gated solution cells)
+    that do not also appear outside the solutions."""
+    fragments, inside, public = set(), False, []
     for cell in notebook.cells:
         source = cell.source
         if cell.cell_type == "markdown" and "{solution-start}" in source:
@@ -34,7 +35,11 @@ def solution_fragments(notebook):
         if inside and "check" not in cell.metadata.get("tags", []):
             body = SOLUTION_CODE.sub("", source) if cell.cell_type == "code" else source
             fragments.update(line.strip() for line in body.splitlines())
-    return {f for f in fragments if len(f) > 25 and not f.startswith(("def ", '"""', "#"))}
+        elif not inside:
+            public.append(source)
+    public_text = "\n".join(public)
+    return {f for f in fragments
+            if len(f) > 25 and not f.startswith(("def ", '"""', "#")) and f not in public_text}
 
 
 @pytest.fixture(scope="module")
