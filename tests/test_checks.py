@@ -1,9 +1,14 @@
 """The exercise checks accept correct answers written independently and reject wrong ones clearly."""
 
+import math
+
 import pytest
 import torch
 
-from attention_course import checks
+import attention_course
+from attention_course import (SIMILARITIES, attention_entropy, causal_mask, checks, cosine_scores,
+                              kv_cache_bytes, leave_one_out_mse, masked_softmax, nadaraya_watson,
+                              sinusoidal_positional_encoding)
 from attention_course.checks import CheckFailed
 
 
@@ -101,9 +106,10 @@ def test_chapter_2_to_5_checks_accept_independent_answers(capsys):
     checks.check_batched_pooling(lambda w, v: torch.bmm(w, v))
     checks.check_per_key_weights(
         lambda q, k, h: torch.softmax(-((q[:, None] - k[None, :]) / h[None, :]) ** 2 / 2, dim=1))
-    checks.check_similarity(lambda q, k: q @ k.T / 0.5, "dot", temperature=0.5)
+    checks.check_similarity(lambda q, k, temperature=1.0: q @ k.T / temperature, "dot")
     checks.check_similarity(
-        lambda q, k: -((q[:, None, :] - k[None, :, :]) ** 2).sum(-1) / (2 * 0.5**2), "rbf", bandwidth=0.5)
+        lambda q, k, bandwidth=0.5: -((q[:, None] - k[None, :]) ** 2).sum(-1) / (2 * bandwidth**2),
+        "rbf", bandwidth=0.5)
     checks.check_entropy(lambda p: -torch.special.xlogy(p, p).sum(-1))
 
     def loop_masked_softmax(scores, valid_lens):
@@ -123,11 +129,13 @@ def test_chapter_2_to_5_checks_accept_independent_answers(capsys):
 @pytest.mark.parametrize("call, message", [
     (lambda: checks.check_batched_pooling(lambda w, v: w @ v.transpose(1, 2)), r"raised RuntimeError"),
     (lambda: checks.check_per_key_weights(lambda q, k, h: torch.softmax(-((q[:, None] - k) / h.mean()) ** 2 / 2, 1)), r"your weights at index"),
-    (lambda: checks.check_similarity(lambda q, k: q @ k.T, "scaled_dot"), r"your scores at index"),
-    (lambda: checks.check_entropy(lambda p: -(p * p.log()).sum(-1)), r"one-hot rows .* holds nan"),
+    (lambda: checks.check_similarity(lambda q, k, temperature=1.0: q @ k.T / temperature,
+                                     "scaled_dot"), r"your scores at index"),
+    (lambda: checks.check_entropy(lambda p: -(p * p.log()).sum(-1)),
+     r"one-hot rows .* holds nan .*0 \* log 0"),
     (lambda: checks.check_masked_softmax(lambda s, v: torch.softmax(s.masked_fill(
         torch.arange(s.shape[-1]) >= (v[:, None, None] if v.dim() == 1 else v[:, :, None]), float("-inf")), -1)),
-     r"a sequence of length 0.*holds nan"),
+     r"a sequence of length 0.*holds nan.*no valid key"),
     (lambda: checks.check_causal_mask(lambda n_q, n_k: ~torch.ones(n_q, n_k, dtype=torch.bool).tril()), r"inverted"),
     (lambda: checks.check_causal_mask(lambda n_q, n_k: torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q)), r"2 queries, 5 keys.*query 0 may not attend to key 1"),
     (lambda: checks.check_causal_mask(lambda n_q, n_k: torch.ones(n_q, n_k).tril()), r"dtype torch.float32"),
@@ -137,21 +145,22 @@ def test_chapter_2_to_5_checks_explain_wrong_answers(call, message):
         call()
 
 
+def encoding_by_loops(n, d):
+    out = torch.zeros(n, d)
+    for p in range(n):
+        for i in range(0, d, 2):
+            out[p, i] = math.sin(p / 10000 ** (i / d))
+            out[p, i + 1] = math.cos(p / 10000 ** (i / d))
+    return out
+
+
 def test_chapter_6_to_8_checks_accept_independent_answers(capsys):
     def self_attention(x, w_q, w_k, w_v):
         q, k, v = x @ w_q, x @ w_k, x @ w_v
         return torch.softmax(q @ k.T / q.shape[-1] ** 0.5, dim=-1) @ v
 
-    def encoding(n, d):
-        out = torch.zeros(n, d)
-        for p in range(n):
-            for i in range(0, d, 2):
-                out[p, i] = torch.sin(torch.tensor(p / 10000 ** (i / d)))
-                out[p, i + 1] = torch.cos(torch.tensor(p / 10000 ** (i / d)))
-        return out
-
     checks.check_self_attention(self_attention)
-    checks.check_positional_encoding(encoding)
+    checks.check_positional_encoding(encoding_by_loops)
     checks.check_split_heads(lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).permute(0, 2, 1, 3))
     checks.check_mha_parameter_count(lambda e, h, bias: 4 * e * e + (4 * e if bias else 0))
     checks.check_kv_cache_bytes(lambda b, s, n_l, n_kv, d, size: 2 * b * s * n_l * n_kv * d * size)
@@ -170,3 +179,115 @@ def test_chapter_6_to_8_checks_accept_independent_answers(capsys):
 def test_chapter_6_to_8_checks_explain_wrong_answers(call, message):
     with pytest.raises(CheckFailed, match=message):
         call()
+
+
+def naive_self_attention(x, w_q, w_k, w_v):
+    """No max subtraction: right for small scores, inf/inf = NaN for large ones."""
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    e = torch.exp(q @ k.T / q.shape[-1] ** 0.5)
+    return e / e.sum(-1, keepdim=True) @ v
+
+
+def test_self_attention_needs_the_max_subtraction():
+    with pytest.raises(CheckFailed, match=r"scores around 1e3.*overflows to inf"):
+        checks.check_self_attention(naive_self_attention)
+
+
+def test_kernel_nan_is_blamed_on_underflow_only_where_it_underflows():
+    with pytest.raises(CheckFailed, match=r"a query far from every key.*underflows to 0"):
+        checks.check_nadaraya_watson(naive_nw)
+    with pytest.raises(CheckFailed, match=r"holds nan at index \(0,\)$"):
+        checks.check_nadaraya_watson(lambda q, k, v, h: learner_nw(q, k, v, h) * float("nan"))
+
+
+def cosine_by_hand(q, k, temperature=0.5):
+    return (q / q.norm(dim=-1, keepdim=True)) @ (k / k.norm(dim=-1, keepdim=True)).T / temperature
+
+
+def test_similarity_options_reach_the_learners_function(capsys):
+    checks.check_similarity(cosine_by_hand, "cosine", temperature=0.5)
+    assert "all 12 test cases" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match=r"temperature=1.0.*your scores at index"):
+        checks.check_similarity(lambda q, k, temperature=0.5: cosine_by_hand(q, k), "cosine",
+                                temperature=0.5)
+    with pytest.raises(CheckFailed, match=r"unexpected keyword.*takes temperature="):
+        checks.check_similarity(lambda q, k: cosine_by_hand(q, k), "cosine", temperature=0.5)
+    with pytest.raises(ValueError, match="takes only bandwidth"):
+        checks.check_similarity(cosine_by_hand, "rbf", temperature=0.5)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: checks.check_similarity(
+        lambda q, k, temperature=0.5: cosine_scores(q, k, temperature), "cosine"),
+    lambda: checks.check_similarity(
+        lambda q, k, temperature=0.5: attention_course.scoring.cosine_scores(q, k, temperature),
+        "cosine"),
+    lambda: checks.check_similarity(
+        lambda q, k, temperature=0.5: SIMILARITIES["cosine"](q, k, temperature), "cosine"),
+    lambda: checks.check_entropy(attention_entropy),
+    lambda: checks.check_entropy(lambda p: attention_course.attention_entropy(p)),
+    lambda: checks.check_masked_softmax(lambda s, v: masked_softmax(s, v)),
+    lambda: checks.check_causal_mask(lambda n_q, n_k: causal_mask(n_q, n_k)),
+    lambda: checks.check_nadaraya_watson(lambda q, k, v, h: nadaraya_watson(q, k, v, h)[0]),
+    lambda: checks.check_leave_one_out(lambda k, v, h: leave_one_out_mse(k, v, h)),
+    lambda: checks.check_self_attention(lambda x, q, k, v: torch.nn.functional.
+                                        scaled_dot_product_attention(x @ q, x @ k, x @ v)),
+    lambda: checks.check_positional_encoding(sinusoidal_positional_encoding),
+    lambda: checks.check_kv_cache_bytes(lambda *a: kv_cache_bytes(**dict(zip(
+        ["batch_size", "seq_len", "num_layers", "num_kv_heads", "head_dim",
+         "bytes_per_element"], a)))),
+])
+def test_an_answer_that_calls_the_package_s_own_answer_fails(call):
+    with pytest.raises(CheckFailed, match=r"calls `\w+`"):
+        call()
+    assert attention_course.cosine_scores is cosine_scores  # everything is restored
+    assert SIMILARITIES["cosine"] is cosine_scores
+    assert torch.nn.functional.scaled_dot_product_attention is not None
+
+
+HIDDEN_SEEDS = (1, 2, 7)
+
+
+@pytest.mark.parametrize("seed", HIDDEN_SEEDS)
+def test_other_seeds_give_other_cases_that_correct_answers_pass(seed, capsys):
+    checks.check_nadaraya_watson(learner_nw, seed=seed)
+    checks.check_similarity(cosine_by_hand, "cosine", seed=seed, temperature=0.5)
+    checks.check_causal_mask(lambda n_q, n_k: torch.ones(n_q, n_k, dtype=torch.bool).tril(),
+                             seed=seed)
+    checks.check_mha_parameter_count(lambda e, h, bias: 4 * e * e + (4 * e if bias else 0),
+                                     seed=seed)
+    checks.check_kv_cache_bytes(lambda *a: 2 * math.prod(a), seed=seed)
+    checks.check_positional_encoding(encoding_by_loops, seed=seed)
+    assert capsys.readouterr().out.count("Correct") == 6
+
+
+def test_a_hard_coded_answer_fails_the_other_seeds():
+    public_cases = checks._regression_cases(0)
+    answers = {tuple(q.tolist()): nadaraya_watson(q, k, v, h)[0]
+               for _, q, k, v, h in public_cases}
+
+    def memorised(q, k, v, h):
+        return answers[tuple(q.tolist())]
+
+    with pytest.raises(CheckFailed):
+        checks.check_nadaraya_watson(memorised, seed=1)
+
+
+def jacobian_by_finite_differences(query, keys, step=1e-6):
+    """Central differences of o(q) = softmax(K q / sqrt(d)) K: an independent answer."""
+    def attend(q):
+        return torch.softmax(keys @ q / q.shape[0] ** 0.5, dim=0) @ keys
+    columns = [(attend(query + step * e) - attend(query - step * e)) / (2 * step)
+               for e in torch.eye(len(query), dtype=query.dtype)]
+    return torch.stack(columns, dim=1)
+
+
+def test_query_jacobian_check(capsys):
+    checks.check_query_jacobian(jacobian_by_finite_differences)
+    assert "all 4 test cases" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match=r"sqrt\(d\) = .* times too large"):
+        checks.check_query_jacobian(
+            lambda q, k: jacobian_by_finite_differences(q, k) * q.shape[0] ** 0.5)
+    with pytest.raises(CheckFailed, match=r"calls `jacobian`"):
+        checks.check_query_jacobian(lambda q, k: torch.autograd.functional.jacobian(
+            lambda x: torch.softmax(k @ x / len(x) ** 0.5, 0) @ k, q))

@@ -1,30 +1,93 @@
 """Self-checks for the exercises: call `check_...(your_function)` and read what it says.
 
-Each check runs your function and the course's reference on several inputs, including awkward
-ones, and either prints one line saying all cases pass or raises `CheckFailed` telling, in plain
-words, which case failed and how (wrong shape, NaN, a row that does not sum to one, a value off).
+Each check runs your function on several inputs, awkward ones included, compares it with an
+independent answer, and either prints one line saying all cases pass or raises `CheckFailed`
+telling, in plain words, which case failed and how (wrong shape, NaN and what caused it, a row
+that does not sum to one, a value off).
+
+- `seed`: every check draws its cases from a seed. The default gives the cases the chapter
+  shows; graders run the same check with other seeds as hidden tests, so an answer must be
+  right in general, not only on the visible cases.
+- Options that an exercise names (a temperature, a bandwidth) are passed to your function, with
+  several values.
+- An answer that calls the package's own function for the very quantity the exercise asks for
+  does not pass: the exercise is to write it.
 """
+
+import contextlib
+import sys
 
 import torch
 
-from . import pooling
+from . import attention, masking, multihead, pooling, positions, scoring
 
 
 class CheckFailed(AssertionError):
     """Your answer does not match the reference yet; the message says where and how."""
 
 
+class _Delegated(Exception):
+    """Raised when a learner's answer calls one of the package's own answers."""
+
+
 def _passed(what, n_cases):
     print(f"Correct: {what}: all {n_cases} test cases agree with the reference.")
 
 
-def _run(fn, args, case):
+def _tripwire(name):
+    def tripwire(*args, **kwargs):
+        raise _Delegated(name)
+    return tripwire
+
+
+def _namespaces(fn, references):
+    """Where a learner's function may find the forbidden functions: its globals, the package's
+    modules, and the modules the functions come from."""
+    package = sys.modules[__name__.rpartition(".")[0]]
+    modules = [package, torch.nn.functional,
+               *(m for n, m in sys.modules.items() if n.startswith(package.__name__ + ".")),
+               *(sys.modules[r.__module__] for r in references
+                 if getattr(r, "__module__", None) in sys.modules)]
+    return [getattr(fn, "__globals__", {}), scoring.SIMILARITIES,
+            *{id(m): vars(m) for m in modules}.values()]
+
+
+@contextlib.contextmanager
+def _forbidden(fn, references):
+    """While fn runs, each function in `references` raises _Delegated wherever fn could reach it
+    (see _namespaces); restored afterwards."""
+    by_id = {id(reference): reference.__name__ for reference in references}
+    if id(fn) in by_id:
+        raise _Delegated(by_id[id(fn)])
+    patched = []
+    for namespace in _namespaces(fn, references):
+        for name, value in list(namespace.items()):
+            if id(value) in by_id:
+                patched.append((namespace, name, value))
+                namespace[name] = _tripwire(by_id[id(value)])
+    try:
+        yield
+    finally:
+        for namespace, name, value in reversed(patched):
+            namespace[name] = value
+
+
+def _run(fn, args, case, kwargs=None, forbidden=()):
     """Call the learner's function; turn any exception into a CheckFailed naming the case."""
     try:
-        return fn(*args)
+        with _forbidden(fn, forbidden):
+            return fn(*args, **(kwargs or {}))
     except NotImplementedError:
         raise CheckFailed("your function still raises NotImplementedError: "
                           "replace the stub with your code") from None
+    except _Delegated as delegated:
+        raise CheckFailed(f"case '{case}': your function calls `{delegated}`, which computes "
+                          "exactly what this exercise asks for; write the computation yourself "
+                          "with torch operations") from None
+    except TypeError as error:
+        hint = ("; the exercise's function takes " + ", ".join(f"{k}=..." for k in kwargs)
+                if kwargs and "argument" in str(error) else "")
+        raise CheckFailed(f"case '{case}': your function raised TypeError: {error}{hint}") from None
     except Exception as error:  # the learner's bug, reported rather than crashing the check
         raise CheckFailed(f"case '{case}': your function raised "
                           f"{type(error).__name__}: {error}") from None
@@ -41,8 +104,7 @@ def weights_problem(weights, atol=1e-5):
     rows = weights.reshape(-1, weights.shape[-1]) if weights.dim() else weights.reshape(1, 1)
     if not torch.isfinite(rows).all():
         row = _first_bad_row(~torch.isfinite(rows).all(dim=-1))
-        return (f"row {row} contains NaN or inf: {rows[row].tolist()[:6]}; if every kernel "
-                "value underflowed to 0 the row is 0/0, so compute the weights with a softmax")
+        return f"row {row} contains NaN or inf: {rows[row].tolist()[:6]}"
     if (rows < 0).any():
         row = _first_bad_row((rows < 0).any(dim=-1))
         return f"row {row} has a negative weight ({rows[row].min().item():.3g}); weights are >= 0"
@@ -63,8 +125,9 @@ def check_attention_weights(weights, atol=1e-5):
           "non-negative and sum to 1.")
 
 
-def _compare(got, expected, case, what="output", atol=1e-5):
-    """Raise CheckFailed unless tensor `got` has `expected`'s shape and values."""
+def _compare(got, expected, case, what="output", atol=1e-5, explain_nan=None):
+    """Raise CheckFailed unless tensor `got` has `expected`'s shape and values; `explain_nan`
+    (index -> str or None) says what produced a NaN or inf at that index."""
     if not isinstance(got, torch.Tensor):
         raise CheckFailed(f"case '{case}': your {what} is a {type(got).__name__}, "
                           "expected a torch.Tensor")
@@ -73,9 +136,9 @@ def _compare(got, expected, case, what="output", atol=1e-5):
                           f"expected {tuple(expected.shape)}")
     if not torch.isfinite(got).all():
         index = tuple((~torch.isfinite(got)).nonzero()[0].tolist())
-        raise CheckFailed(f"case '{case}': your {what} holds {got[index].item()} at index {index}; "
-                          "did every kernel value underflow to 0? Work with log-kernels and a "
-                          "softmax")
+        cause = explain_nan(index) if explain_nan else None
+        raise CheckFailed(f"case '{case}': your {what} holds {got[index].item()} at index "
+                          f"{index}" + (f": {cause}" if cause else ""))
     wrong = (got.double() - expected.double()).abs() > atol * (1 + expected.double().abs())
     if wrong.any():
         index = tuple(wrong.nonzero()[0].tolist())
@@ -83,9 +146,22 @@ def _compare(got, expected, case, what="output", atol=1e-5):
                           f"{got[index].item():.5f}, expected {expected[index].item():.5f}")
 
 
-def _regression_cases():
+def _generator(seed, offset=0):
+    return torch.Generator().manual_seed(1234 + 1000 * seed + offset)
+
+
+def _random(shape, seed, offset=0):
+    return torch.randn(*shape, generator=_generator(seed, offset))
+
+
+def _integers(seed, count, low, high, offset=0):
+    """`count` integers drawn uniformly from [low, high)."""
+    return torch.randint(low, high, (count,), generator=_generator(seed, offset)).tolist()
+
+
+def _regression_cases(seed=0):
     """(name, queries, keys, values, bandwidth) inputs for the kernel-regression checks."""
-    generator = torch.Generator().manual_seed(1234)
+    generator = _generator(seed)
     keys = torch.sort(torch.rand(12, generator=generator) * 10).values
     values = torch.randn(12, generator=generator)
     queries = torch.rand(5, generator=generator) * 10
@@ -98,44 +174,67 @@ def _regression_cases():
     ]
 
 
-def check_nadaraya_watson(fn):
+def _kernel_underflow(queries, keys, bandwidths):
+    """index -> why a Gaussian kernel-regression row is NaN, if its kernel values underflow."""
+    def explain(index):
+        distances = (queries[index[0]] - keys) / bandwidths
+        if torch.exp(-distances**2 / 2).sum() == 0:
+            return ("every kernel value of this query underflows to 0 in float32, so its row "
+                    "is 0/0; subtract the row's largest score before exponentiating (as "
+                    "torch.softmax does)")
+        return None
+    return explain
+
+
+_REGRESSION_ANSWERS = (pooling.nadaraya_watson, pooling.kernel_scores)
+
+
+def check_nadaraya_watson(fn, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), values (n_k,), bandwidth) -> predictions (n_q,),
     Gaussian-kernel Nadaraya–Watson regression."""
-    cases = _regression_cases()
+    cases = _regression_cases(seed)
     for case, queries, keys, values, bandwidth in cases:
         expected, _ = pooling.nadaraya_watson(queries, keys, values, bandwidth, "gaussian")
-        _compare(_run(fn, (queries, keys, values, bandwidth), case), expected, case, "predictions")
+        got = _run(fn, (queries, keys, values, bandwidth), case, forbidden=_REGRESSION_ANSWERS)
+        _compare(got, expected, case, "predictions",
+                 explain_nan=_kernel_underflow(queries, keys, bandwidth))
     _passed("your Gaussian Nadaraya–Watson regression", len(cases))
 
 
-def check_kernel_weights(fn, kernel):
+def check_kernel_weights(fn, kernel, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), bandwidth) -> weights (n_q, n_k) for a named kernel
     ('gaussian', 'boxcar' or 'epanechnikov')."""
     if kernel not in pooling.KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {sorted(pooling.KERNELS)}")
-    cases = [case for case in _regression_cases() if kernel == "gaussian" or case[4] >= 0.7]
+    answers = (*_REGRESSION_ANSWERS, pooling.KERNELS[kernel])
+    cases = [c for c in _regression_cases(seed) if kernel == "gaussian" or c[4] >= 0.7]
     for case, queries, keys, values, bandwidth in cases:
         distance_to_nearest_key = (queries[:, None] - keys[None, :]).abs().min(dim=1).values
         queries = queries[distance_to_nearest_key < bandwidth]  # a compact kernel must reach a key
         _, expected = pooling.nadaraya_watson(queries, keys, values, bandwidth, kernel)
-        got = _run(fn, (queries, keys, bandwidth), case)
+        got = _run(fn, (queries, keys, bandwidth), case, forbidden=answers)
         problem = weights_problem(got) if isinstance(got, torch.Tensor) else None
-        if problem and got.shape == expected.shape:
+        if problem and got.shape == expected.shape and torch.isfinite(got).all():
             raise CheckFailed(f"case '{case}': {problem}")
-        _compare(got, expected, case, "weights")
+        _compare(got, expected, case, "weights",
+                 explain_nan=_kernel_underflow(queries, keys, bandwidth))
     _passed(f"your {kernel} attention-weight matrix", len(cases))
 
 
-def check_leave_one_out(fn):
+def check_leave_one_out(fn, seed=0):
     """Check fn(keys (n,), values (n,), bandwidth) -> leave-one-out mean squared error (a number),
     Gaussian kernel."""
-    cases = _regression_cases()[:3]
+    cases = _regression_cases(seed)[:3]
+    answers = (*_REGRESSION_ANSWERS, pooling.leave_one_out_mse, pooling.select_bandwidth)
     for case, _, keys, values, bandwidth in cases:
         expected = pooling.leave_one_out_mse(keys, values, bandwidth)
-        got = _run(fn, (keys, values, bandwidth), case)
+        got = _run(fn, (keys, values, bandwidth), case, forbidden=answers)
         got = got.item() if isinstance(got, torch.Tensor) and got.numel() == 1 else got
         if not isinstance(got, float):
             raise CheckFailed(f"case '{case}': expected one number, got {got!r}")
+        if got != got:
+            raise CheckFailed(f"case '{case}': your error is NaN: with exp()/sum a row whose "
+                              "kernel values all underflow is 0/0; use a softmax")
         if abs(got - expected) > 1e-5 * (1 + abs(expected)):
             in_sample = pooling.nadaraya_watson(keys, keys, values, bandwidth)[0]
             hint = (" (that is the in-sample error: mask each point's own key)"
@@ -145,154 +244,201 @@ def check_leave_one_out(fn):
     _passed("your leave-one-out error", len(cases))
 
 
-def _random(shape, seed):
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=generator)
-
-
-def check_batched_pooling(fn):
+def check_batched_pooling(fn, seed=0):
     """Check fn(weights (b, n_q, n_k), values (b, n_k, d_v)) -> (b, n_q, d_v): one weighted
     average of values per query and per batch element."""
     cases = [("batch of 2, one query each", (2, 1, 10), (2, 10, 1)),
              ("batch of 3, four queries, 2-D values", (3, 4, 6), (3, 6, 2)),
              ("batch of 1", (1, 5, 5), (1, 5, 3))]
     for number, (case, weight_shape, value_shape) in enumerate(cases):
-        weights = torch.softmax(_random(weight_shape, number), dim=-1)
-        values = _random(value_shape, 10 + number)
+        weights = torch.softmax(_random(weight_shape, seed, number), dim=-1)
+        values = _random(value_shape, seed, 10 + number)
         expected = torch.stack([w @ v for w, v in zip(weights, values)])
         _compare(_run(fn, (weights, values), case), expected, case)
     _passed("your batched weighted average", len(cases))
 
 
-def check_per_key_weights(fn):
+def check_per_key_weights(fn, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), bandwidths (n_k,)) -> (n_q, n_k): Gaussian attention
     weights in which key i has its own bandwidth h_i."""
-    cases = _regression_cases()[:4]
+    cases = _regression_cases(seed)[:4]
     for number, (case, queries, keys, values, bandwidth) in enumerate(cases):
-        bandwidths = bandwidth * torch.exp(0.5 * _random((len(keys),), number))
+        bandwidths = bandwidth * torch.exp(0.5 * _random((len(keys),), seed, number))
         _, expected = pooling.nadaraya_watson(queries, keys, values, bandwidths)
-        _compare(_run(fn, (queries, keys, bandwidths), case), expected, case, "weights")
+        got = _run(fn, (queries, keys, bandwidths), case, forbidden=_REGRESSION_ANSWERS)
+        _compare(got, expected, case, "weights",
+                 explain_nan=_kernel_underflow(queries, keys, bandwidths))
     _passed("your per-key attention weights", len(cases))
 
 
-def check_similarity(fn, name, **options):
-    """Check fn(queries (n_q, d), keys (n_k, d)) -> scores (n_q, n_k) against the similarity
-    `name` of attention_course.scoring.SIMILARITIES ('dot', 'scaled_dot', 'cosine', 'rbf'),
-    called with `options` (e.g. temperature=0.5 or bandwidth=0.5)."""
-    from .scoring import SIMILARITIES
+# The keyword each similarity takes, and the values a check passes for it.
+SIMILARITY_OPTIONS = {"dot": "temperature", "scaled_dot": "temperature",
+                      "cosine": "temperature", "rbf": "bandwidth"}
+_OPTION_VALUES = (1.0, 0.5, 2.0, 0.1)
 
-    if name not in SIMILARITIES:
-        raise ValueError(f"unknown similarity {name!r}; choose one of {sorted(SIMILARITIES)}")
-    cases = [("2-D queries and keys", (1, 2), (6, 2)), ("8-D, three queries", (3, 8), (5, 8)),
-             ("long keys", (2, 4), (7, 4))]
-    for number, (case, query_shape, key_shape) in enumerate(cases):
-        queries, keys = _random(query_shape, number), _random(key_shape, 20 + number)
-        if case == "long keys":
+
+def check_similarity(fn, name, seed=0, **options):
+    """Check fn(queries (n_q, d), keys (n_k, d), <option>=value) -> scores (n_q, n_k) against the
+    similarity `name` ('dot', 'scaled_dot', 'cosine', 'rbf') of attention_course.scoring, for
+    several values of its option (temperature or bandwidth), passed to fn as a keyword. A value
+    given here (e.g. temperature=0.5, the exercise's default) is tested first."""
+    if name not in SIMILARITY_OPTIONS:
+        raise ValueError(f"unknown similarity {name!r}; choose one of {sorted(SIMILARITY_OPTIONS)}")
+    option = SIMILARITY_OPTIONS[name]
+    if set(options) - {option}:
+        raise ValueError(f"the {name} similarity takes only {option}=..., got {sorted(options)}")
+    values = list(dict.fromkeys([*options.values(), *_OPTION_VALUES]))
+    reference = scoring.SIMILARITIES[name]
+    shapes = [("2-D queries and keys", (1, 2), (6, 2)), ("8-D, three queries", (3, 8), (5, 8)),
+              ("long keys", (2, 4), (7, 4))]
+    n_cases = 0
+    for number, (shape_case, query_shape, key_shape) in enumerate(shapes):
+        queries, keys = _random(query_shape, seed, number), _random(key_shape, seed, 20 + number)
+        if shape_case == "long keys":
             keys = keys * torch.arange(1.0, 8.0)[:, None] * 3
-        expected = SIMILARITIES[name](queries, keys, **options)
-        _compare(_run(fn, (queries, keys), case), expected, case, "scores")
-    _passed(f"your {name} similarity", len(cases))
+        for value in values:
+            case, kwargs = f"{shape_case}, {option}={value}", {option: value}
+            expected = reference(queries, keys, **kwargs)
+            got = _run(fn, (queries, keys), case, kwargs, forbidden=(reference,))
+            _compare(got, expected, case, "scores")
+            n_cases += 1
+    _passed(f"your {name} similarity", n_cases)
 
 
-def check_entropy(fn):
+def check_entropy(fn, seed=0):
     """Check fn(weights (..., n)) -> entropies (...): -sum p log p in nats over the last axis,
     with 0 log 0 = 0."""
     cases = [("uniform over 64", torch.full((64,), 1 / 64)),
-             ("a batch of random rows", torch.softmax(_random((3, 5), 0), dim=-1)),
+             ("a batch of random rows", torch.softmax(_random((3, 5), seed), dim=-1)),
              ("one-hot rows (0 log 0 = 0)", torch.eye(4)),
              ("rows with some exact zeros", torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.0, 0.8]]))]
-    from .attention import attention_entropy
-
     for case, weights in cases:
-        _compare(_run(fn, (weights,), case), attention_entropy(weights), case, "entropy")
+        def explain(index, weights=weights):
+            if (weights[index] == 0).any():
+                return ("this row has weights that are exactly 0, and 0 * log 0 = 0 * (-inf) "
+                        "is NaN in floating point; the entropy takes 0 log 0 = 0 (use "
+                        "torch.special.xlogy(p, p), or drop the zero weights)")
+            return None
+        got = _run(fn, (weights,), case, forbidden=(attention.attention_entropy,))
+        _compare(got, attention.attention_entropy(weights), case, "entropy", explain_nan=explain)
     _passed("your entropy", len(cases))
 
 
-def check_masked_softmax(fn):
+def check_masked_softmax(fn, seed=0):
     """Check fn(scores (b, n_q, n_k), valid_lens (b,) or (b, n_q)) -> weights (b, n_q, n_k):
     softmax over the first valid_len keys, zero elsewhere, and all zeros when valid_len is 0."""
-    from .masking import masked_softmax
-
     cases = [("one length per sequence", (2, 2, 4), torch.tensor([2, 3])),
              ("one length per query", (2, 3, 4), torch.tensor([[1, 3, 4], [2, 2, 4]])),
              ("a sequence of length 0", (2, 2, 3), torch.tensor([0, 3]))]
+    answers = (masking.masked_softmax, masking.softmax_with_mask)
     for number, (case, shape, valid_lens) in enumerate(cases):
-        scores = _random(shape, number)
-        expected = masked_softmax(scores, valid_lens)
-        _compare(_run(fn, (scores, valid_lens), case), expected, case, "weights")
+        scores = _random(shape, seed, number)
+        expected = masking.masked_softmax(scores, valid_lens)
+        lengths = valid_lens[:, None].expand(shape[:2]) if valid_lens.dim() == 1 else valid_lens
+
+        def explain(index, lengths=lengths):
+            if lengths[index[0], index[1]] == 0:
+                return ("this query has no valid key, so its softmax is over scores that are all "
+                        "-inf: 0/0 = NaN; return zeros for such rows")
+            return None
+        got = _run(fn, (scores, valid_lens), case, forbidden=answers)
+        _compare(got, expected, case, "weights", explain_nan=explain)
     _passed("your masked softmax", len(cases))
 
 
-def check_causal_mask(fn):
+def check_causal_mask(fn, seed=0):
     """Check fn(n_queries, n_keys) -> bool (n_queries, n_keys), True where attending is allowed,
     top-left aligned as PyTorch's is_causal."""
-    from .masking import causal_mask
-
     cases = [(4, 4), (2, 5), (5, 2), (1, 1)]
+    if seed:
+        cases = list(zip(_integers(seed, 4, 1, 9), _integers(seed, 4, 1, 9, 1)))
     for n_queries, n_keys in cases:
         case = f"{n_queries} queries, {n_keys} keys"
-        got = _run(fn, (n_queries, n_keys), case)
+        got = _run(fn, (n_queries, n_keys), case, forbidden=(masking.causal_mask,))
         if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
             raise CheckFailed(f"case '{case}': your mask has dtype {got.dtype}; use torch.bool "
                               "(True = may attend)")
-        expected = causal_mask(n_queries, n_keys)
-        if isinstance(got, torch.Tensor) and got.shape == expected.shape and not torch.equal(got, expected):
+        expected = torch.tensor([[key <= query for key in range(n_keys)]
+                                 for query in range(n_queries)])
+        if (isinstance(got, torch.Tensor) and got.shape == expected.shape
+                and not torch.equal(got, expected)):
             if torch.equal(got, ~expected):
                 raise CheckFailed(f"case '{case}': your mask is inverted: here True must mean "
                                   "'may attend', as in scaled_dot_product_attention")
             row, column = (got != expected).nonzero()[0].tolist()
-            raise CheckFailed(f"case '{case}': query {row} {'may' if expected[row, column] else 'may not'} "
-                              f"attend to key {column}, but your mask says the opposite")
-        _compare(got.float() if isinstance(got, torch.Tensor) else got, expected.float(), case, "mask")
+            allowed = "may" if expected[row, column] else "may not"
+            raise CheckFailed(f"case '{case}': query {row} {allowed} attend to key {column}, "
+                              "but your mask says the opposite")
+        _compare(got.float() if isinstance(got, torch.Tensor) else got, expected.float(), case,
+                 "mask")
     _passed("your causal mask", len(cases))
 
 
-def check_self_attention(fn):
+def check_self_attention(fn, seed=0):
     """Check fn(x (n, d_in), W_q (d_in, d_k), W_k (d_in, d_k), W_v (d_in, d_v)) -> (n, d_v):
-    single-head self-attention softmax(X W_q (X W_k)^T / sqrt(d_k)) X W_v."""
-    from .attention import scaled_dot_product_attention
-
-    cases = [("4 tokens, d_in 3 -> d_k 2", 4, 3, 2, 2), ("6 tokens, d_k 8, d_v 5", 6, 4, 8, 5),
-             ("1 token", 1, 3, 4, 2)]
-    for number, (case, n, d_in, d_k, d_v) in enumerate(cases):
-        x = _random((n, d_in), number)
-        w_q, w_k, w_v = (_random(shape, 10 * number + i)
+    single-head self-attention softmax(X W_q (X W_k)^T / sqrt(d_k)) X W_v, stable for large
+    scores."""
+    cases = [("4 tokens, d_in 3 -> d_k 2", 4, 3, 2, 2, 1.0),
+             ("6 tokens, d_k 8, d_v 5", 6, 4, 8, 5, 1.0), ("1 token", 1, 3, 4, 2, 1.0),
+             ("scores around 1e3", 5, 4, 4, 3, 30.0)]
+    answers = (attention.scaled_dot_product_attention,
+               torch.nn.functional.scaled_dot_product_attention)
+    for number, (case, n, d_in, d_k, d_v, scale) in enumerate(cases):
+        x = _random((n, d_in), seed, number) * scale
+        w_q, w_k, w_v = (_random(shape, seed, 10 * number + i) * (scale if i < 2 else 1)
                          for i, shape in enumerate([(d_in, d_k), (d_in, d_k), (d_in, d_v)]))
-        expected, _ = scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)
-        _compare(_run(fn, (x, w_q, w_k, w_v), case), expected, case)
+        q, k, v = (x @ w_q).double(), (x @ w_k).double(), (x @ w_v).double()
+        weights = torch.softmax(q @ k.T / d_k**0.5, dim=-1)      # float64: no overflow
+        expected = (weights @ v).float()
+
+        def explain(index, big=scale > 1):
+            return ("these scores are around 1e3 and exp(1e3) overflows to inf, so the softmax "
+                    "is inf/inf = NaN; subtract each row's largest score first" if big else None)
+        got = _run(fn, (x, w_q, w_k, w_v), case, forbidden=answers)
+        _compare(got, expected, case, explain_nan=explain, atol=1e-4)
     _passed("your self-attention", len(cases))
 
 
-def check_positional_encoding(fn):
+def check_positional_encoding(fn, seed=0):
     """Check fn(num_positions, dim) -> (num_positions, dim), the sinusoidal encoding."""
-    from .positions import sinusoidal_positional_encoding
-
     cases = [(4, 2), (10, 8), (50, 16)]
+    if seed:
+        cases = [(n, 2 * d) for n, d in zip(_integers(seed, 3, 1, 60), _integers(seed, 3, 1, 20, 1))]
     for num_positions, dim in cases:
         case = f"{num_positions} positions, dim {dim}"
-        expected = sinusoidal_positional_encoding(num_positions, dim)
-        got = _run(fn, (num_positions, dim), case)
+        position = torch.arange(num_positions, dtype=torch.float64)[:, None]
+        frequency = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        expected = torch.stack([torch.sin(position * frequency),
+                                torch.cos(position * frequency)], dim=-1).flatten(1).float()
+        got = _run(fn, (num_positions, dim), case,
+                   forbidden=(positions.sinusoidal_positional_encoding,))
         _compare(got.to(expected.dtype) if isinstance(got, torch.Tensor) else got, expected, case,
                  "encoding", atol=1e-4)
     _passed("your positional encoding", len(cases))
 
 
-def check_split_heads(fn):
+def check_split_heads(fn, seed=0):
     """Check fn(x (batch, seq, num_heads * head_dim), num_heads) -> (batch, num_heads, seq,
     head_dim), where head h holds features h * head_dim ... (h + 1) * head_dim - 1."""
-    from .multihead import split_heads
-
     cases = [("2 heads", (1, 3, 4), 2), ("4 heads, batch 2", (2, 5, 8), 4), ("1 head", (2, 2, 6), 1)]
     for number, (case, shape, num_heads) in enumerate(cases):
-        x = _random(shape, number)
-        _compare(_run(fn, (x, num_heads), case), split_heads(x, num_heads), case, "heads")
+        x = _random(shape, seed, number)
+        head_dim = shape[-1] // num_heads
+        expected = torch.stack([x[..., h * head_dim:(h + 1) * head_dim]
+                                for h in range(num_heads)], dim=1)
+        got = _run(fn, (x, num_heads), case, forbidden=(multihead.split_heads,))
+        _compare(got, expected, case, "heads")
     _passed("your split_heads", len(cases))
 
 
-def check_mha_parameter_count(fn):
+def check_mha_parameter_count(fn, seed=0):
     """Check fn(embed_dim, num_heads, bias) -> the number of parameters of multi-head attention,
     against torch.nn.MultiheadAttention."""
     cases = [(8, 2, True), (64, 8, False), (512, 8, True), (12, 3, False)]
+    if seed:
+        heads, widths, biases = _integers(seed, 4, 1, 9), _integers(seed, 4, 1, 33, 1), \
+            _integers(seed, 4, 0, 2, 2)
+        cases = [(h * w, h, bool(b)) for h, w, b in zip(heads, widths, biases)]
     for embed_dim, num_heads, bias in cases:
         case = f"embed_dim {embed_dim}, {num_heads} heads, bias {bias}"
         module = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias)
@@ -303,32 +449,34 @@ def check_mha_parameter_count(fn):
     _passed("your parameter count", len(cases))
 
 
-def check_kv_cache_bytes(fn):
+def check_kv_cache_bytes(fn, seed=0):
     """Check fn(batch_size, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_element) -> the
     size of a KV cache in bytes."""
-    from .multihead import kv_cache_bytes
-
     cases = [(1, 1, 1, 1, 1, 2), (1, 4096, 32, 32, 128, 2), (8, 2048, 32, 8, 128, 2),
              (2, 100, 8, 2, 64, 4)]
+    if seed:
+        cases = list(zip(*(_integers(seed, 4, 1, 300, offset) for offset in range(6))))
     names = ["batch_size", "seq_len", "num_layers", "num_kv_heads", "head_dim", "bytes_per_element"]
     for arguments in cases:
         case = ", ".join(f"{n}={a}" for n, a in zip(names, arguments))
-        expected = kv_cache_bytes(**dict(zip(names, arguments)))
-        got = _run(fn, arguments, case)
+        expected = 2  # keys and values
+        for argument in arguments:
+            expected *= argument
+        got = _run(fn, arguments, case, forbidden=(multihead.kv_cache_bytes,))
         if got != expected:
             hint = " (did you forget that keys AND values are cached?)" if got * 2 == expected else ""
             raise CheckFailed(f"case '{case}': you say {got} bytes, expected {expected}{hint}")
     _passed("your KV-cache size", len(cases))
 
 
-def check_repeat_kv(fn):
+def check_repeat_kv(fn, seed=0):
     """Check fn(kv (batch, num_kv_heads, seq, head_dim), group_size) -> (batch, num_kv_heads *
     group_size, seq, head_dim) in which query head h gets KV head h // group_size."""
     cases = [("2 KV heads, groups of 2", (1, 2, 3, 4), 2), ("4 KV heads, groups of 3", (2, 4, 2, 2), 3),
              ("groups of 1 (MHA)", (1, 3, 2, 2), 1)]
     for number, (case, shape, group_size) in enumerate(cases):
-        kv = _random(shape, number)
-        expected = kv.repeat_interleave(group_size, dim=1)
+        kv = _random(shape, seed, number)
+        expected = torch.stack([kv[:, h // group_size] for h in range(shape[1] * group_size)], 1)
         got = _run(fn, (kv, group_size), case)
         if (isinstance(got, torch.Tensor) and got.shape == expected.shape and group_size > 1
                 and torch.equal(got, kv.repeat(1, group_size, 1, 1))):
@@ -337,3 +485,26 @@ def check_repeat_kv(fn):
                               "as enable_gqa does (torch.repeat_interleave)")
         _compare(got, expected, case, "repeated heads")
     _passed("your KV-head repetition", len(cases))
+
+
+def check_query_jacobian(fn, seed=0):
+    """Check fn(query (d,), keys (n, d)) -> (d, d): the Jacobian with respect to the query of
+    attention whose values are its keys, o(q) = sum_i alpha_i k_i with
+    alpha = softmax(K q / sqrt(d)), written without automatic differentiation."""
+    cases = [("d = 2, three keys", 2, 3, 1.0), ("d = 8, twelve keys", 8, 12, 1.0),
+             ("one key", 4, 1, 1.0), ("long keys, a saturated softmax", 6, 5, 6.0)]
+    answers = (torch.autograd.functional.jacobian, torch.func.jacrev, torch.func.jacfwd)
+    for number, (case, d, n, scale) in enumerate(cases):
+        query = _random((d,), seed, number).double()
+        keys = _random((n, d), seed, 10 + number).double() * scale
+
+        def attend(q, keys=keys):
+            return torch.softmax(keys @ q / d**0.5, dim=0) @ keys            # (d,)
+        expected = torch.autograd.functional.jacobian(attend, query)         # (d, d)
+        got = _run(fn, (query, keys), case, forbidden=answers)
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.allclose(
+                got, expected * d**0.5, atol=1e-7) and n > 1:
+            raise CheckFailed(f"case '{case}': your Jacobian is sqrt(d) = {d**0.5:.3g} times too "
+                              "large: the scores are divided by sqrt(d), and so is their gradient")
+        _compare(got, expected, case, "Jacobian")
+    _passed("your query Jacobian", len(cases))
