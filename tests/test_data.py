@@ -2,7 +2,11 @@
 
 import hashlib
 import math
+import os
+import pathlib
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -49,6 +53,35 @@ def test_course_data_dir_is_honoured(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="COURSE_DATA_DIR"):
         load_mcycle()
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_the_data_folder_is_the_top_level_one():
+    assert data_dir().resolve() == (ROOT / "data").resolve()
+
+
+def test_a_plain_install_from_a_wheel_finds_the_data_anywhere(tmp_path):
+    """Build a wheel of the package, install it (not editable) into a folder, and load mcycle
+    from another working directory with COURSE_DATA_DIR unset."""
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run(pip + ["wheel", "--no-deps", "-w", str(tmp_path / "wheel"), str(ROOT)],
+                   check=True, capture_output=True)
+    wheel = next((tmp_path / "wheel").glob("attention_course-*.whl"))
+    subprocess.run(pip + ["install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)],
+                   check=True, capture_output=True)
+    environment = {k: v for k, v in os.environ.items() if k != "COURSE_DATA_DIR"}
+    environment["PYTHONPATH"] = str(tmp_path / "site")
+    code = ("import attention_course as a; t, y = a.load_mcycle(); "
+            "print(a.__file__); print(a.data.data_dir()); print(len(t), float(y.min()))")
+    (tmp_path / "elsewhere").mkdir()
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "elsewhere",
+                            env=environment, capture_output=True, text=True, check=True)
+    module_file, folder, numbers = result.stdout.splitlines()
+    assert module_file.startswith(str(tmp_path / "site")), "the installed copy was imported"
+    assert pathlib.Path(folder).is_relative_to(tmp_path / "site")
+    assert numbers == "133 -134.0"
 
 
 def test_target_function_closed_form():

@@ -16,12 +16,12 @@ MCYCLE_SHA256 = "93d06e3d834a5c21056b40f16fcd03c4384acff5020e273453d5cd62d730f0c
 def data_dir():
     """The folder holding the course's data files.
 
-    `COURSE_DATA_DIR` wins when set (the notebooks' setup cell sets it on Colab); otherwise the
-    `data/` folder of the checkout this package was imported from.
+    `COURSE_DATA_DIR` wins when set; otherwise the package's own `data/`, which is the
+    checkout's top-level `data/` (a link to it in a checkout, a copy in an installed wheel).
     """
     if os.environ.get("COURSE_DATA_DIR"):
         return pathlib.Path(os.environ["COURSE_DATA_DIR"])
-    return pathlib.Path(__file__).resolve().parents[2] / "data"
+    return pathlib.Path(__file__).resolve().parent / "data"
 
 
 def _verified_bytes(path, sha256):
