@@ -2,12 +2,11 @@
 
     python scripts/student.py [OUTPUT_DIR]      # default: _build/student
 
-Writes OUTPUT_DIR/notebooks/*.ipynb (to hand out, or to import into nbgrader) and the website in
-OUTPUT_DIR/_build/html. In the instructor notebooks a coding exercise's answer sits between
-nbgrader's markers `### BEGIN SOLUTION` and `### END SOLUTION`; here, as in nbgrader's release
-step, each such block becomes `# YOUR CODE HERE` / `raise NotImplementedError()`. Everything else
-inside a gated solution (`solution-start` ... `solution-end`) is removed, except the cells tagged
-`check`, which stay so that students can check their answers.
+Writes OUTPUT_DIR/notebooks/*.ipynb (to hand out) and the website in OUTPUT_DIR/_build/html.
+The cells come from `exercises.student_cells`: each coding answer's `# BEGIN SOLUTION` ...
+`# END SOLUTION` block becomes `# YOUR CODE HERE` / `raise NotImplementedError()` (as nbgrader's
+release step does), the public check cells stay, every written part gets an answer cell, and
+everything else inside a gated solution is removed.
 """
 
 import pathlib
@@ -20,57 +19,21 @@ import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import book  # noqa: E402  (the one build command)
+import exercises  # noqa: E402
 
 ROOT = book.ROOT
-BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
-SOLUTION_BLOCK = re.compile(rf"^([ \t]*){re.escape(BEGIN)}\n.*?^[ \t]*{re.escape(END)}[ \t]*$",
-                            re.M | re.S)
-SOLUTION_END = re.compile(r"^```\{solution-end\}\n```\n?", re.M)
 BOOK_FILES = ["_toc.yml", "intro.md", "bibliography.md", "references.bib"]
 NOTICE = ("\n```{note}\nThis is the **student edition**: solutions are not included. Coding "
-          "exercises have a stub for your answer and a cell that checks it.\n```\n")
-
-
-def stub_solutions(source):
-    """Replace each BEGIN/END SOLUTION block by an indented 'raise NotImplementedError()' stub."""
-    return SOLUTION_BLOCK.sub(
-        lambda m: f"{m[1]}# YOUR CODE HERE\n{m[1]}raise NotImplementedError()", source)
-
-
-def _is_markdown_with(cell, text):
-    return cell.cell_type == "markdown" and text in cell.source
-
-
-def student_cells(cells):
-    """The cells of a student notebook, given an instructor notebook's cells."""
-    kept, inside_solution = [], False
-    for cell in cells:
-        if _is_markdown_with(cell, "{solution-start}"):
-            inside_solution = True
-            continue
-        if _is_markdown_with(cell, "{solution-end}"):
-            inside_solution = False
-            rest = SOLUTION_END.sub("", cell.source).strip()
-            if rest:
-                cell.source = rest
-                kept.append(cell)
-            continue
-        if _is_markdown_with(cell, "{solution}"):
-            continue  # an ungated solution: the whole cell is the answer
-        if inside_solution:
-            is_answer = cell.cell_type == "code" and BEGIN in cell.source
-            is_check = "check" in cell.metadata.get("tags", [])
-            if not (is_answer or is_check):
-                continue
-            cell.source = stub_solutions(cell.source)
-            cell.outputs, cell.execution_count = [], None
-        kept.append(cell)
-    return kept
+          "exercises have a stub for your answer and a cell that checks it; written exercises "
+          "have a cell for your answer.\n```\n")
+INSTRUCTOR_ONLY = re.compile(r"<!-- instructor-only -->.*?<!-- /instructor-only -->\n?", re.S)
 
 
 def student_notebook(path):
     notebook = nbformat.read(path, as_version=4)
-    notebook.cells = student_cells(notebook.cells)
+    notebook.cells = exercises.student_cells(notebook)
+    for number, cell in enumerate(notebook.cells):
+        cell.id = f"cell-{number:03d}"
     return notebook
 
 
@@ -81,7 +44,7 @@ def write_source_tree(source):
         shutil.copy(ROOT / name, source / name)
     intro = (source / "intro.md").read_text()
     title, _, body = intro.partition("\n")
-    (source / "intro.md").write_text(f"{title}\n{NOTICE}{body}")
+    (source / "intro.md").write_text(f"{title}\n{NOTICE}{INSTRUCTOR_ONLY.sub('', body)}")
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     config["title"] += " (student edition)"
     config["exclude_patterns"] = ["_build", "**.ipynb_checkpoints"]

@@ -1,14 +1,18 @@
 """Invariants of the book: table of contents, notebook structure, clean stored outputs, pins."""
 
+import ast
 import json
 import pathlib
 import re
+import sys
 
 import nbformat
 import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import exercises  # noqa: E402
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 TEMPLATE = nbformat.read(ROOT / "templates" / "chapter.ipynb", as_version=4)
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -105,10 +109,35 @@ def test_has_exercises_with_solutions_and_a_self_check(notebook):
     assert checks and all("checks.check_" in cell.source for cell in checks)
 
 
-def test_solution_markers_are_paired(notebook):
+def test_solution_markers_are_single_hash_and_paired(notebook):
     for cell in code_cells(notebook):
-        begins = cell.source.count("### BEGIN SOLUTION")
-        assert begins == cell.source.count("### END SOLUTION")
+        assert "### BEGIN SOLUTION" not in cell.source, "Otter reads only '# BEGIN SOLUTION'"
+        begins = len(re.findall(r"^[ \t]*# BEGIN SOLUTION[ \t]*$", cell.source, re.M))
+        assert begins == len(re.findall(r"^[ \t]*# END SOLUTION[ \t]*$", cell.source, re.M))
+        assert begins == cell.source.count("BEGIN SOLUTION")
+
+
+@pytest.mark.parametrize("path", CHAPTERS + [ROOT / "templates" / "chapter.ipynb"],
+                         ids=lambda path: path.name)
+def test_every_exercise_has_a_complete_grading_record(path):
+    notebook = nbformat.read(path, as_version=4)
+    found = exercises.exercises(notebook)
+    prompts = [c for c in notebook.cells if c.cell_type == "markdown" and ":::{exercise}" in c.source]
+    assert len(found) == len(prompts) >= (4 if path in CHAPTERS else 1)
+    assert sum(e.is_coding for e in found) >= (2 if path in CHAPTERS else 1)
+    for exercise in found:
+        record = exercise.record
+        assert set(record) <= {"points", "hidden_tests", "hidden_points", "written_points"}
+        if exercise.is_coding:
+            assert exercise.checks, f"{exercise.label}: a coding exercise needs a check cell"
+            assert record["points"] > 0 and record["hidden_points"] > 0
+            hidden, public = record["hidden_tests"], [c.source for c in exercise.checks]
+            ast.parse(hidden)
+            assert all(call.split("(")[0] in {p.split("(")[0] for p in public}
+                       and call not in public for call in hidden.splitlines()), hidden
+        else:
+            assert record["written_points"] > 0 and not exercise.checks, exercise.label
+            assert exercise.solution_text, f"{exercise.label}: a written solution is needed"
 
 
 def test_requirements_are_exact_pins_and_the_package_is_loose():

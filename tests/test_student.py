@@ -1,7 +1,7 @@
-"""The student edition: no solution survives, and every self-check fails on its stub as it should."""
+"""The student edition: no solution survives, every written part has an answer cell, and every
+self-check fails on its stub as it should."""
 
 import pathlib
-import re
 import sys
 
 import nbformat
@@ -11,35 +11,11 @@ from nbclient import NotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+import exercises  # noqa: E402
 import student  # noqa: E402
+from solution_text import hidden_test_lines, solution_fragments  # noqa: E402
 
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
-SOLUTION_CODE = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S)
-
-
-def solution_fragments(notebook):
-    """Distinctive lines of every solution (answer code, and the text of gated solution cells)
-    that do not also appear outside the solutions."""
-    fragments, inside, public = set(), False, []
-    for cell in notebook.cells:
-        source = cell.source
-        if cell.cell_type == "markdown" and "{solution-start}" in source:
-            inside = True
-            source = source.split("```", 2)[-1]  # the text after the directive
-        elif cell.cell_type == "markdown" and "{solution-end}" in source:
-            inside = False
-            continue
-        if cell.cell_type == "code":
-            for block in SOLUTION_CODE.findall(source):
-                fragments.update(line.strip() for line in block.splitlines())
-        if inside and "check" not in cell.metadata.get("tags", []):
-            body = SOLUTION_CODE.sub("", source) if cell.cell_type == "code" else source
-            fragments.update(line.strip() for line in body.splitlines())
-        elif not inside:
-            public.append(source)
-    public_text = "\n".join(public)
-    return {f for f in fragments
-            if len(f) > 25 and not f.startswith(("def ", '"""', "#")) and f not in public_text}
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +39,34 @@ def test_no_solution_is_left(chapter, edition):
     assert "solution" not in " ".join(" ".join(tag.get("class", []))
                                       for tag in BeautifulSoup(page, "html.parser").find_all(True))
     assert "{solution" not in handout
+    for line in hidden_test_lines(instructor):
+        assert line not in handout and line not in text
     student_notebook = nbformat.read(edition / "notebooks" / chapter.name, as_version=4)
-    answers = [cell for cell in instructor.cells if "### BEGIN SOLUTION" in cell.source]
+    answers = [cell for cell in instructor.cells if "# BEGIN SOLUTION" in cell.source]
     stubs = [cell for cell in student_notebook.cells if "raise NotImplementedError()" in cell.source]
-    assert len(stubs) == len(answers) >= 1
+    assert len(stubs) == len(answers) >= 2
     assert all("YOUR CODE HERE" in cell.source and not cell.outputs for cell in stubs)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.name)
+def test_every_written_part_has_an_answer_cell(chapter, edition):
+    instructor = nbformat.read(chapter, as_version=4)
+    handout = nbformat.read(edition / "notebooks" / chapter.name, as_version=4)
+    written = [e for e in exercises.exercises(instructor) if e.written_points]
+    answer_cells = [c for c in handout.cells if c.source == exercises.WRITTEN_ANSWER]
+    assert len(answer_cells) == len(written) >= 2
+    prompts = [i for i, c in enumerate(handout.cells) if ":::{exercise}" in c.source]
+    for exercise in written:  # the answer cell comes after its prompt, before the next prompt
+        start = next(i for i in prompts if f":label: {exercise.label}" in handout.cells[i].source)
+        end = min([i for i in prompts if i > start], default=len(handout.cells))
+        assert any(c.source == exercises.WRITTEN_ANSWER for c in handout.cells[start:end])
+
+
+def test_the_student_website_does_not_promise_solutions(edition):
+    home = BeautifulSoup((edition / "_build" / "html" / "intro.html").read_text(),
+                         "html.parser").get_text()
+    assert "student edition" in home
+    assert "folded away" not in home and "For instructors" not in home
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.name)
@@ -90,8 +89,8 @@ def test_check_cells_fail_on_the_stubs_and_nothing_else_fails(chapter, edition):
 
 
 def test_stub_keeps_the_indentation_and_signature():
-    source = ("def f(x):\n    \"\"\"doc\"\"\"\n    ### BEGIN SOLUTION\n    y = x + 1\n"
-              "    return y\n    ### END SOLUTION\n\nprint(f)")
-    assert student.stub_solutions(source) == (
+    source = ("def f(x):\n    \"\"\"doc\"\"\"\n    # BEGIN SOLUTION\n    y = x + 1\n"
+              "    return y\n    # END SOLUTION\n\nprint(f)")
+    assert exercises.stub_solutions(source) == (
         "def f(x):\n    \"\"\"doc\"\"\"\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
         "\nprint(f)")
