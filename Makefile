@@ -5,12 +5,14 @@ BIN    := $(VENV)/bin
 READY  := $(VENV)/.requirements-installed
 PORT   ?= 8000
 
-.PHONY: help book test student serve execute bench clean
+.PHONY: help book test student nbgrader otter serve execute bench clean
 
 help:
 	@echo "make book     build the website into _build/html (warnings are errors)"
 	@echo "make test     everything CI checks: package, notebooks, book, Colab, browser, student"
 	@echo "make student  the student edition: _build/student/{notebooks,_build/html}"
+	@echo "make nbgrader nbgrader course folder _build/nbgrader (CH=01 for one chapter)"
+	@echo "make otter    Otter-Grader master notebooks in _build/otter (CH=01, COLAB=1 for Colab)"
 	@echo "make serve    preview _build/html on http://127.0.0.1:$(PORT)"
 	@echo "make execute  re-run notebooks and store their outputs (NB=chapters/01_... for one)"
 	@echo "make bench    time each notebook's execution"
@@ -28,6 +30,12 @@ test: $(READY)
 
 student: $(READY)
 	$(BIN)/python scripts/student.py
+
+nbgrader: $(READY)
+	$(BIN)/python scripts/graders.py nbgrader $(CH)
+
+otter: $(READY)
+	$(BIN)/python scripts/graders.py otter $(CH) $(if $(COLAB),--colab)
 
 serve: book
 	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
