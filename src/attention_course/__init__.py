@@ -5,7 +5,7 @@ from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_
 from .data import load_mcycle, make_synthetic_regression, split_data, target_function
 from .masking import causal_mask, masked_softmax, valid_lens_mask
 from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
-from .plotting import plot_attention, plot_regression
+from .plotting import plot_attention, plot_attention_schematic, plot_regression
 from .positions import sinusoidal_positional_encoding
 from .pooling import (
     KernelRegression,
@@ -48,6 +48,7 @@ __all__ = [
     "multihead",
     "nadaraya_watson",
     "plot_attention",
+    "plot_attention_schematic",
     "plot_regression",
     "plotting",
     "pooling",

@@ -24,13 +24,15 @@ def _as_grid(weights):
 
 
 def plot_attention(weights, xlabel="keys", ylabel="queries", titles=None, extent=None,
-                   cmap="viridis", panel_size=2.6):
+                   cmap="viridis", panel_size=2.6, vmax=1.0):
     """Heatmaps of attention weights with one shared colour scale and one colour bar.
 
     weights: (n_q, n_k) for one matrix, (n, n_q, n_k) for a row of n, or (rows, cols, n_q, n_k)
     for a grid. Row i of a matrix is query i; column j is key j. `titles` is a flat list with one
     title per panel (row-major). `extent` = (k_min, k_max, q_max, q_min) labels the axes with the
-    keys' and queries' own coordinates instead of their indices.
+    keys' and queries' own coordinates instead of their indices. The colour scale runs from 0 to
+    `vmax`: 1 by default, since weights are probabilities, so maps of different figures compare;
+    `vmax=None` stretches it to the largest weight shown.
     """
     grid = _as_grid(torch.as_tensor(weights).detach().cpu())
     rows, cols = grid.shape[:2]
@@ -38,7 +40,7 @@ def plot_attention(weights, xlabel="keys", ylabel="queries", titles=None, extent
         raise ValueError(f"{len(titles)} titles for {rows * cols} panels of shape {shape_of(grid)}")
     fig, axes = plt.subplots(rows, cols, figsize=(panel_size * cols + 0.8, panel_size * rows),
                              squeeze=False, sharex=True, sharey=True, constrained_layout=True)
-    vmax = grid.max().item()
+    vmax = grid.max().item() if vmax is None else vmax
     for index, ax in enumerate(axes.flat):
         image = ax.imshow(grid[index // cols, index % cols].numpy(), cmap=cmap, vmin=0, vmax=vmax,
                           aspect="auto", extent=extent, interpolation="nearest")
@@ -76,4 +78,41 @@ def plot_regression(x_train, y_train, x_test, predictions, truth=None, ax=None,
     if title:
         ax.set_title(title)
     ax.legend(fontsize="small", loc="best")
+    return ax
+
+
+def plot_attention_schematic(weights, key_labels=None, value_labels=None, query_label="$q$",
+                             ax=None):
+    """One query attending to n key–value pairs: a line from the query to each key, as thick as
+    its weight alpha_i, each key beside its value, and the output sum_i alpha_i v_i. weights (n,),
+    non-negative and summing to 1. Returns the Axes."""
+    weights = torch.as_tensor(weights).detach().cpu().double()
+    require_rank("weights", weights, (1,))
+    if (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
+        raise ValueError(f"weights {shape_of(weights)} must be non-negative and sum to 1")
+    n = len(weights)
+    key_labels = key_labels or [f"$k_{{{i + 1}}}$" for i in range(n)]
+    value_labels = value_labels or [f"$v_{{{i + 1}}}$" for i in range(n)]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 0.55 * n + 1.2), constrained_layout=True)
+    rows = [n - 1 - i for i in range(n)]                          # first pair on top
+    middle = (n - 1) / 2
+    box = dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor="0.3")
+    ax.text(0, middle, query_label, ha="center", va="center", bbox=box, fontsize=12)
+    for i, (row, alpha) in enumerate(zip(rows, weights.tolist())):
+        width = 0.5 + 8 * alpha
+        ax.plot([0.25, 1.75], [middle, row], color=OKABE_ITO[0], linewidth=width,
+                solid_capstyle="round", alpha=0.85)
+        on_line = middle + (row - middle) * 0.85                  # near the key's end
+        ax.text(1.5, on_line + 0.12, f"$\\alpha_{{{i + 1}}} = {alpha:.2f}$", ha="center",
+                va="bottom", fontsize=9, color=OKABE_ITO[0])
+        ax.text(2.0, row, key_labels[i], ha="center", va="center", bbox=box, fontsize=11)
+        ax.text(2.7, row, value_labels[i], ha="center", va="center", bbox=box, fontsize=11)
+        ax.plot([2.95, 4.05], [row, middle], color=OKABE_ITO[1], linewidth=width, alpha=0.85)
+    ax.text(4.5, middle, r"$\sum_i \alpha_i v_i$", ha="center", va="center", bbox=box, fontsize=12)
+    for x, title in ((0, "query"), (2.0, "keys"), (2.7, "values"), (4.5, "output")):
+        ax.text(x, n - 0.35, title, ha="center", va="bottom", fontsize=10, color="0.3")
+    ax.set_xlim(-0.5, 5.1)
+    ax.set_ylim(-0.6, n + 0.1)
+    ax.axis("off")
     return ax
