@@ -33,9 +33,12 @@ def local_clone(tmp_path_factory):
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
                             check=True, capture_output=True, text=True).stdout.split("\0")
     for name in filter(None, listed):
-        if (ROOT / name).is_file():
-            (clone / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, clone / name)
+        source, target = ROOT / name, clone / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():  # e.g. the package's data/, a link to the top-level data/
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, target)
     git("init", "--quiet", "--initial-branch=main", cwd=clone)
     git("add", "-A", cwd=clone)
     git("-c", "user.name=test", "-c", "user.email=test@localhost", "commit", "--quiet",
@@ -92,5 +95,6 @@ def test_notebook_runs_alone_with_the_setup_cell(chapter, tmp_path, local_clone,
     assert (tmp_path / "attention-course" / "data" / "mcycle.csv").is_file()
     installed = {path.name.split("-")[0].lower() for path in own_site.glob("*.dist-info")}
     assert "attention_course" in installed
+    assert (own_site / "attention_course" / "data" / "mcycle.csv").is_file(), "data not shipped"
     assert not installed & {"torch", "numpy", "matplotlib"}, "setup replaced a library Colab has"
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(["attention-course", chapter.name])
