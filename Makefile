@@ -15,7 +15,7 @@ help:
 	@echo "make otter    Otter-Grader master notebooks in _build/otter (CH=01, COLAB=1 for Colab)"
 	@echo "make serve    preview _build/html on http://127.0.0.1:$(PORT)"
 	@echo "make execute  re-run notebooks and store their outputs (NB=chapters/01_... for one)"
-	@echo "make bench    time each notebook's execution"
+	@echo "make bench    time each notebook; the masked/causal attention paths and half precision"
 
 $(READY): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,7 @@ execute: $(READY)
 
 bench: $(READY)
 	$(BIN)/python scripts/notebooks.py bench $(NB)
+	$(BIN)/python scripts/bench_attention.py
 
 clean:
 	rm -rf _build

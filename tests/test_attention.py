@@ -181,3 +181,19 @@ def test_attention_entropy_matches_the_definition():
     assert attention_entropy(row).item() == pytest.approx(-sum(p * math.log(p) for p in row.tolist()))
     with pytest.raises(ValueError, match="weights must be a torch.Tensor"):
         attention_entropy([0.5, 0.5])
+
+
+@pytest.mark.parametrize("mask", ["causal", "bool with an empty row", "float with -inf"])
+def test_gradcheck_of_the_in_place_masked_paths(mask):
+    """The masked paths overwrite their own scores in place; autograd must still be exact."""
+    generator = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 4, 3, generator=generator, dtype=torch.float64,
+                           requires_grad=True) for _ in range(3))
+    allowed = torch.rand(4, 4, generator=generator) > 0.4
+    allowed[1] = False
+    bias = torch.randn(4, 4, generator=generator, dtype=torch.float64)
+    bias[2, :2] = float("-inf")
+    options = {"causal": {"is_causal": True}, "bool with an empty row": {"attn_mask": allowed},
+               "float with -inf": {"attn_mask": bias}}[mask]
+    assert torch.autograd.gradcheck(
+        lambda *qkv: scaled_dot_product_attention(*qkv, **options)[0], (q, k, v))

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ._shapes import require_rank, require_tensor, shape_of
-from .masking import causal_mask, masked_softmax, softmax_with_mask
+from .masking import HALF_PRECISION, causal_mask, masked_softmax, softmax_, softmax_with_mask_
 
 
 def _check_qkv(query, key, value):
@@ -55,19 +55,30 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=Fa
 
     query (..., L, E), key (..., S, E), value (..., S, Ev). attn_mask: bool, True = may attend,
     or float, added to the scores; broadcastable to (..., L, S). is_causal: top-left causal mask.
-    scale: default 1 / sqrt(E). Returns (output (..., L, Ev), weights (..., L, S)). Equal to
-    `torch.nn.functional.scaled_dot_product_attention` wherever that is finite; a query with no
-    allowed key (a fully masked row) gets zero weights and a zero output, never NaN.
+    scale: default 1 / sqrt(E). Returns (output (..., L, Ev), weights (..., L, S)), in the
+    inputs' dtype and on their device. Equal to `torch.nn.functional.scaled_dot_product_attention`
+    wherever some key is allowed. A query with no allowed key (a fully masked row) gets zero
+    weights and a zero output, never NaN; PyTorch's answer there depends on the version and the
+    backend (NaN from a plain softmax; zeros from the CPU kernels of 2.13; finite non-zero values
+    were reported from cuDNN in float16/bfloat16 with PyTorch 2.11 on an H100), so never rely on
+    it. Float16/bfloat16 inputs are computed in float32 (scores, softmax and the weighted sum)
+    and rounded once at the end, as PyTorch's fused kernels do. Masked or not, it holds at most
+    two (..., L, S) tensors, the scores and the weights (one without autograd: the weights then
+    overwrite the scores).
     """
     _check_qkv(query, key, value)
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = query @ key.transpose(-2, -1) * scale  # (..., L, S)
+    dtype = query.dtype
+    if dtype in HALF_PRECISION:
+        query, key, value = query.float(), key.float(), value.float()
+    scores = (query @ key.transpose(-2, -1)).mul_(scale)  # (..., L, S): ours, may be overwritten
     allowed, bias = _allowed_and_bias(attn_mask, is_causal, scores)
     if bias is not None:
-        scores = scores + bias
-        allowed = ~torch.isneginf(scores)  # a -inf entry is a blocked one
-    weights = torch.softmax(scores, dim=-1) if allowed is None else softmax_with_mask(scores, allowed)
-    return weights @ value, weights
+        scores.add_(bias)
+        if torch.isneginf(bias).any():
+            allowed = ~torch.isneginf(scores)  # a -inf entry is a blocked one
+    weights = softmax_(scores) if allowed is None else softmax_with_mask_(scores, allowed)
+    return (weights @ value).to(dtype), weights.to(dtype)
 
 
 class AdditiveAttention(nn.Module):
@@ -116,4 +127,5 @@ def attention_entropy(weights):
     ln(n_k) for uniform weights, 0 for one-hot weights.
     """
     require_tensor("weights", weights)
-    return -torch.special.xlogy(weights, weights).sum(dim=-1)
+    wide = weights.float() if weights.dtype in HALF_PRECISION else weights
+    return -torch.special.xlogy(wide, wide).sum(dim=-1).to(weights.dtype)

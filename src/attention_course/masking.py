@@ -41,15 +41,51 @@ def valid_lens_mask(valid_lens, n_queries, n_keys):
     return positions[None, None, :] < lengths[:, :, None]  # (batch, 1 or n_q, n_keys)
 
 
+HALF_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def softmax(scores, dim=-1):
+    """torch.softmax, computed in float32 for float16/bfloat16 scores and returned in their
+    dtype, so half precision loses no more than its own rounding (as PyTorch's fused kernels)."""
+    if scores.dtype in HALF_PRECISION:
+        return torch.softmax(scores, dim=dim, dtype=torch.float32).to(scores.dtype)
+    return torch.softmax(scores, dim=dim)
+
+
+def softmax_(scores, dtype=None):
+    """Softmax over the last axis of `scores`, the caller's own intermediate: when no gradient is
+    needed it is computed in place (the scores become the weights, no other full-size tensor is
+    made); otherwise by torch.softmax. Each row needs one finite score."""
+    if scores.requires_grad and torch.is_grad_enabled():
+        return torch.softmax(scores, dim=-1, dtype=dtype or scores.dtype)
+    return torch.softmax(scores, dim=-1, out=scores).to(dtype or scores.dtype)
+
+
+def softmax_with_mask_(scores, allowed, dtype=None):
+    """Softmax over the last axis keeping only the entries where `allowed` (bool, broadcastable
+    to scores) is True; a row with nothing allowed gets zeros. OVERWRITES `scores` (which must be
+    the caller's own intermediate), so that it holds no more full-size tensors than a plain
+    softmax: the scores and the weights (without autograd, the weights overwrite the scores).
+    `dtype`: the softmax's dtype (default: scores'). No NaN in the output or the gradient."""
+    blocked = allowed.logical_not()                               # the mask's size, not scores'
+    scores.masked_fill_(blocked, float("-inf"))
+    empty = blocked.all(dim=-1, keepdim=True)                     # (..., n_q, 1): no key left
+    del blocked
+    any_empty = bool(empty.any())
+    if any_empty:
+        scores.masked_fill_(empty, 0.0)                           # finite, so no 0/0 below
+    weights = softmax_(scores, dtype)
+    if any_empty:
+        weights = (weights.masked_fill(empty, 0.0) if weights.requires_grad
+                   else weights.masked_fill_(empty, 0.0))
+    return weights
+
+
 def softmax_with_mask(scores, allowed):
-    """Softmax over the last axis keeping only entries where `allowed` (bool, broadcastable to
-    scores) is True; a row with nothing allowed returns zeros. No NaN in the output or the
-    gradient."""
-    allowed = allowed.expand_as(scores)
-    any_allowed = allowed.any(dim=-1, keepdim=True)
-    # Fill blocked entries with -inf, but a fully blocked row with 0 so its softmax stays finite.
-    safe_scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(~any_allowed, 0.0)
-    return torch.softmax(safe_scores, dim=-1) * any_allowed
+    """As softmax_with_mask_, without touching `scores`; half precision computed in float32."""
+    weights = softmax_with_mask_(scores.float() if scores.dtype in HALF_PRECISION
+                                 else scores.clone(), allowed)
+    return weights.to(scores.dtype)
 
 
 def masked_softmax(scores, valid_lens=None):
@@ -63,7 +99,7 @@ def masked_softmax(scores, valid_lens=None):
         raise ValueError(f"scores must be (batch, ..., n_queries, n_keys), got shape "
                          f"{shape_of(scores)}")
     if valid_lens is None:
-        return torch.softmax(scores, dim=-1)
+        return softmax(scores)
     require_tensor("valid_lens", valid_lens)
     if valid_lens.shape[0] != scores.shape[0]:
         raise ValueError(f"valid_lens {shape_of(valid_lens)} and scores {shape_of(scores)} "

@@ -86,7 +86,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("from_torch supports neither add_bias_kv, add_zero_attn nor kdim/vdim "
                              "different from embed_dim")
         bias = module.in_proj_bias is not None
-        copy = cls(module.embed_dim, module.num_heads, bias=bias).to(module.in_proj_weight.dtype)
+        like = module.in_proj_weight                   # the copy lives where the original does
+        copy = cls(module.embed_dim, module.num_heads, bias=bias).to(like.device, like.dtype)
         with torch.no_grad():
             for index, projection in enumerate((copy.q_proj, copy.k_proj, copy.v_proj)):
                 rows = slice(index * module.embed_dim, (index + 1) * module.embed_dim)
@@ -138,7 +139,8 @@ class GroupedQueryAttention(nn.Module):
         each group of heads (Ainslie et al. 2023); query and output projections are copied."""
         _check_heads(mha.embed_dim, mha.num_heads, num_kv_heads)
         bias = mha.q_proj.bias is not None
-        gqa = cls(mha.embed_dim, mha.num_heads, num_kv_heads, bias=bias).to(mha.q_proj.weight.dtype)
+        like = mha.q_proj.weight                       # the copy lives where the original does
+        gqa = cls(mha.embed_dim, mha.num_heads, num_kv_heads, bias=bias).to(like.device, like.dtype)
         group, head_dim = mha.num_heads // num_kv_heads, mha.head_dim
 
         def pool(tensor):  # (H * head_dim, ...) -> (H_kv * head_dim, ...), mean over each group

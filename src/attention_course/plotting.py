@@ -13,6 +13,11 @@ OKABE_ITO = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "
 LINE_STYLES = ["-", "-.", ":", (0, (5, 1)), "-", "-.", ":", (0, (5, 1))]  # curves stay apart in grey
 
 
+def _numpy(tensor):
+    """Any tensor (any device, any dtype, with or without grad) as a float64 NumPy array."""
+    return torch.as_tensor(tensor).detach().to("cpu", torch.float64).numpy()
+
+
 def _as_grid(weights):
     """A 2-, 3- or 4-D tensor of matrices as a (rows, cols, n_q, n_k) tensor."""
     require_rank("weights", weights, (2, 3, 4))
@@ -34,7 +39,7 @@ def plot_attention(weights, xlabel="keys", ylabel="queries", titles=None, extent
     `vmax`: 1 by default, since weights are probabilities, so maps of different figures compare;
     `vmax=None` stretches it to the largest weight shown.
     """
-    grid = _as_grid(torch.as_tensor(weights).detach().cpu())
+    grid = _as_grid(torch.as_tensor(weights).detach().to("cpu", torch.float64))
     rows, cols = grid.shape[:2]
     if titles is not None and len(titles) != rows * cols:
         raise ValueError(f"{len(titles)} titles for {rows * cols} panels of shape {shape_of(grid)}")
@@ -67,12 +72,13 @@ def plot_regression(x_train, y_train, x_test, predictions, truth=None, ax=None,
                              f"x_test has {shape_of(x_test)}")
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.6), constrained_layout=True)
-    ax.scatter(x_train, y_train, s=12, color="0.55", alpha=0.8, label=data_label)
+    ax.scatter(_numpy(x_train), _numpy(y_train), s=12, color="0.55", alpha=0.8, label=data_label)
     if truth is not None:
-        ax.plot(x_test, truth, color="black", linestyle="--", linewidth=1.5, label="true function")
+        ax.plot(_numpy(x_test), _numpy(truth), color="black", linestyle="--", linewidth=1.5,
+                label="true function")
     for colour, style, (label, curve) in zip(OKABE_ITO, LINE_STYLES, predictions.items()):
-        ax.plot(x_test, torch.as_tensor(curve).detach(), color=colour, linestyle=style,
-                linewidth=2, label=label)
+        ax.plot(_numpy(x_test), _numpy(curve), color=colour, linestyle=style, linewidth=2,
+                label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
@@ -86,7 +92,7 @@ def plot_attention_schematic(weights, key_labels=None, value_labels=None, query_
     """One query attending to n key–value pairs: a line from the query to each key, as thick as
     its weight alpha_i, each key beside its value, and the output sum_i alpha_i v_i. weights (n,),
     non-negative and summing to 1. Returns the Axes."""
-    weights = torch.as_tensor(weights).detach().cpu().double()
+    weights = torch.as_tensor(_numpy(weights))
     require_rank("weights", weights, (1,))
     if (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
         raise ValueError(f"weights {shape_of(weights)} must be non-negative and sum to 1")

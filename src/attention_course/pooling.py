@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ._shapes import require_finite, require_positive, require_rank, require_same_length, shape_of
+from .masking import softmax
 
 
 def gaussian_kernel(u):
@@ -79,7 +80,7 @@ def _normalise(scores, what):
             "the kernel's reach (every weight would be 0/0); use a wider bandwidth or a "
             "kernel with unbounded support such as 'gaussian'"
         )
-    return torch.softmax(scores, dim=-1)
+    return softmax(scores)
 
 
 def _exclude_self(scores):
@@ -172,7 +173,7 @@ class KernelRegression(nn.Module):
         self.register_buffer("values", values)
         shape = (keys.shape[0],) if per_key else ()
         self.log_bandwidth = nn.Parameter(
-            torch.full(shape, math.log(bandwidth), dtype=keys.dtype)
+            torch.full(shape, math.log(bandwidth), dtype=keys.dtype, device=keys.device)
         )
         self.attention_weights = None
 

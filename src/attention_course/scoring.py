@@ -10,6 +10,7 @@ import math
 import torch
 
 from ._shapes import require_positive, require_rank, shape_of
+from .masking import HALF_PRECISION, softmax
 
 
 def _check_pair(queries, keys):
@@ -47,8 +48,11 @@ def rbf_scores(queries, keys, bandwidth=1.0):
     """-|q - k|^2 / (2 bandwidth^2): the log of a Gaussian kernel, as in chapter 1."""
     _check_pair(queries, keys)
     require_positive("bandwidth", bandwidth)
+    dtype = queries.dtype
+    if dtype in HALF_PRECISION:  # cdist has no half-precision CPU kernel; float32 is also exact
+        queries, keys = queries.float(), keys.float()
     squared_distances = torch.cdist(queries, keys, compute_mode="donot_use_mm_for_euclid_dist") ** 2
-    return -squared_distances / (2 * bandwidth**2)
+    return (-squared_distances / (2 * bandwidth**2)).to(dtype)
 
 
 SIMILARITIES = {
@@ -72,5 +76,5 @@ def soft_nearest_neighbours(queries, keys, values, similarity="scaled_dot", **op
     if values.shape[:-1] != keys.shape[:-1]:
         raise ValueError(f"keys {shape_of(keys)} and values {shape_of(values)} must agree on "
                          "every dimension but the last (one value per key)")
-    weights = torch.softmax(SIMILARITIES[similarity](queries, keys, **options), dim=-1)
+    weights = softmax(SIMILARITIES[similarity](queries, keys, **options))
     return weights @ values, weights

@@ -1,0 +1,200 @@
+"""Every public function and module in float64, float32, bfloat16 and float16: results keep the
+inputs' dtype and device, and half precision is no less accurate than PyTorch's own layers on
+the same inputs (both measured against a float64 reference). The "meta" device, which holds no
+data, shows that nothing is created on the CPU behind the caller's back."""
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention_course import (
+    AdditiveAttention,
+    GroupedQueryAttention,
+    KernelRegression,
+    MultiHeadAttention,
+    SIMILARITIES,
+    attention_entropy,
+    causal_mask,
+    kernel_scores,
+    masked_softmax,
+    nadaraya_watson,
+    plot_attention,
+    plot_attention_schematic,
+    plot_regression,
+    scaled_dot_product_attention,
+    sinusoidal_positional_encoding,
+    soft_nearest_neighbours,
+)
+
+DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
+HALF = [torch.bfloat16, torch.float16]
+# Largest relative error allowed in a dtype where PyTorch has no equivalent layer to compare
+# with: a few units of the dtype's rounding, for computations of a few hundred terms.
+TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 5e-2,
+             torch.float16: 5e-3}
+
+
+def normal(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def error(got, reference):
+    return (got.double() - reference.double()).abs().max().item()
+
+
+def no_worse_than_pytorch(ours, theirs, reference, dtype):
+    """Half precision: our error at most 1.5 times PyTorch's (plus a rounding step of the dtype);
+    float32/64: both tiny."""
+    if dtype in HALF:
+        slack = torch.finfo(dtype).eps * reference.abs().max().item()
+        assert error(ours, reference) <= 1.5 * error(theirs, reference) + slack, (
+            f"{dtype}: ours {error(ours, reference):.2e}, PyTorch {error(theirs, reference):.2e}")
+    else:
+        assert error(ours, reference) <= TOLERANCE[dtype] * (1 + reference.abs().max().item())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "float"])
+def test_sdpa_keeps_dtype_and_matches_pytorchs_accuracy(dtype, mask):
+    q, k, v = normal(2, 3, 64, 32, seed=1), normal(2, 3, 80, 32, seed=2), normal(2, 3, 80, 16)
+    allowed = normal(64, 80, seed=3) > -1.0
+    masks = {"none": {}, "causal": {"is_causal": True}, "bool": {"attn_mask": allowed},
+             "float": {"attn_mask": 0.5 * normal(64, 80, seed=4)}}
+    reference = F.scaled_dot_product_attention(q, k, v, **masks[mask])
+    low = [t.to(dtype) for t in (q, k, v)]
+    options = {key: (value.to(dtype) if value.is_floating_point() else value)
+               for key, value in masks[mask].items() if isinstance(value, torch.Tensor)}
+    options.update({key: value for key, value in masks[mask].items() if key == "is_causal"})
+    ours, weights = scaled_dot_product_attention(*low, **options)
+    assert ours.dtype == weights.dtype == dtype
+    no_worse_than_pytorch(ours, F.scaled_dot_product_attention(*low, **options), reference, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_masked_softmax_in_every_dtype(dtype):
+    scores = 4 * normal(3, 5, 40)
+    valid_lens = torch.tensor([40, 17, 0])
+    allowed = torch.arange(40) < valid_lens[:, None, None]
+    reference = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
+    ours = masked_softmax(scores.to(dtype), valid_lens)
+    theirs = torch.softmax(scores.to(dtype).masked_fill(~allowed, float("-inf")), -1)
+    assert ours.dtype == dtype and torch.equal(ours[2], torch.zeros_like(ours[2]))
+    no_worse_than_pytorch(ours[:2], theirs[:2], reference[:2], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_multihead_from_torch_in_every_dtype(dtype):
+    torch.manual_seed(0)
+    reference_layer = torch.nn.MultiheadAttention(32, 4, batch_first=True).double().eval()
+    x = normal(2, 10, 32)
+    reference, _ = reference_layer(x, x, x)
+    theirs_layer = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    theirs_layer.load_state_dict(reference_layer.state_dict())
+    theirs_layer = theirs_layer.to(dtype)
+    ours_layer = MultiHeadAttention.from_torch(theirs_layer)
+    assert {p.dtype for p in ours_layer.parameters()} == {dtype}
+    low = x.to(dtype)
+    with torch.no_grad():
+        ours, weights = ours_layer(low, low, low)
+        theirs, _ = theirs_layer(low, low, low, need_weights=False)
+    assert ours.dtype == weights.dtype == dtype
+    no_worse_than_pytorch(ours, theirs, reference, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_grouped_query_attention_in_every_dtype(dtype):
+    torch.manual_seed(0)
+    layer = GroupedQueryAttention(32, 8, 2).double()
+    x = normal(2, 12, 32)
+    with torch.no_grad():
+        reference, _ = layer(x, is_causal=True)
+        low_layer, low = GroupedQueryAttention(32, 8, 2).to(dtype), x.to(dtype)
+        low_layer.load_state_dict({k: v.to(dtype) for k, v in layer.state_dict().items()})
+        ours, weights = low_layer(low, is_causal=True)
+        q = low_layer.q_proj(low).reshape(2, 12, 8, 4).transpose(1, 2)
+        k, v = low_layer.project_kv(low)
+        heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        theirs = low_layer.out_proj(heads.transpose(1, 2).reshape(2, 12, 32))
+    assert ours.dtype == weights.dtype == dtype
+    assert {p.dtype for p in low_layer.parameters()} == {dtype}
+    no_worse_than_pytorch(ours, theirs, reference, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_additive_attention_in_every_dtype(dtype):
+    torch.manual_seed(0)
+    layer = AdditiveAttention(6, 5, 8).double()
+    queries, keys, values = normal(2, 3, 6), normal(2, 7, 5, seed=1), normal(2, 7, 4, seed=2)
+    valid_lens = torch.tensor([7, 3])
+    reference = layer(queries, keys, values, valid_lens)
+    low_layer = AdditiveAttention(6, 5, 8).to(dtype)
+    low_layer.load_state_dict({k: v.to(dtype) for k, v in layer.state_dict().items()})
+    with torch.no_grad():
+        ours = low_layer(queries.to(dtype), keys.to(dtype), values.to(dtype), valid_lens)
+    assert ours.dtype == low_layer.attention_weights.dtype == dtype
+    assert error(ours, reference) <= TOLERANCE[dtype] * (1 + reference.abs().max().item())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_pooling_and_scoring_in_every_dtype(dtype):
+    keys, values, queries = normal(30).abs() * 5, normal(30, seed=1), normal(7, seed=2).abs() * 5
+    predictions, weights = nadaraya_watson(queries.to(dtype), keys.to(dtype), values.to(dtype), 0.7)
+    reference, _ = nadaraya_watson(queries, keys, values, 0.7)
+    assert predictions.dtype == weights.dtype == kernel_scores(queries.to(dtype), keys.to(dtype)).dtype == dtype
+    assert error(predictions, reference) <= TOLERANCE[dtype] * (1 + reference.abs().max().item())
+    model = KernelRegression(keys.to(dtype), values.to(dtype), bandwidth=0.7, per_key=True)
+    assert model.log_bandwidth.dtype == dtype and model(queries.to(dtype)).dtype == dtype
+    q, k, v = normal(4, 8), normal(6, 8, seed=1), normal(6, 3, seed=2)
+    for name, function in SIMILARITIES.items():
+        got = function(q.to(dtype), k.to(dtype))
+        assert got.dtype == dtype, name
+        assert error(got, function(q, k)) <= TOLERANCE[dtype] * (1 + function(q, k).abs().max())
+    output, weights = soft_nearest_neighbours(q.to(dtype), k.to(dtype), v.to(dtype), "cosine")
+    assert output.dtype == weights.dtype == dtype
+    entropy = attention_entropy(torch.softmax(q, -1).to(dtype))
+    assert entropy.dtype == dtype
+    assert error(entropy, attention_entropy(torch.softmax(q, -1))) <= TOLERANCE[dtype] * 10
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_positional_encoding_takes_a_dtype_and_device(dtype):
+    encoding = sinusoidal_positional_encoding(50, 16, dtype=dtype, device="cpu")
+    reference = sinusoidal_positional_encoding(50, 16, dtype=torch.float64)
+    assert encoding.dtype == dtype and encoding.device.type == "cpu"
+    assert error(encoding, reference) <= torch.finfo(dtype).eps
+    assert sinusoidal_positional_encoding(4, 2).dtype == torch.get_default_dtype()
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_plots_accept_half_precision_and_tensors_with_grad(dtype):
+    x = torch.linspace(0, 1, 10, dtype=dtype)
+    curve = (2 * x).requires_grad_(True) if dtype.is_floating_point else x
+    ax = plot_regression(x, x, x, {"a": curve}, truth=x)
+    plt.close(ax.figure)
+    weights = torch.softmax(torch.randn(3, 4), -1).to(dtype)
+    plt.close(plot_attention(weights.requires_grad_(True)))
+    plt.close(plot_attention_schematic(torch.tensor([0.25, 0.75], dtype=dtype)).figure)
+
+
+# ----------------------------------------------------------------------------------------- meta
+
+def test_modules_built_from_modules_stay_on_the_source_device():
+    source = torch.nn.MultiheadAttention(16, 4, batch_first=True, device="meta",
+                                         dtype=torch.bfloat16)
+    copy = MultiHeadAttention.from_torch(source)
+    assert {(p.device.type, p.dtype) for p in copy.parameters()} == {("meta", torch.bfloat16)}
+    gqa = GroupedQueryAttention.from_multihead(copy, 2)
+    assert {(p.device.type, p.dtype) for p in gqa.parameters()} == {("meta", torch.bfloat16)}
+
+
+def test_nothing_is_created_on_the_cpu_behind_the_callers_back():
+    q, k, v = (torch.empty(2, 3, 5, 8, device="meta") for _ in range(3))
+    output, weights = scaled_dot_product_attention(q, k, v)
+    assert output.device.type == weights.device.type == "meta"
+    assert causal_mask(4, 6, device="meta").device.type == "meta"
+    # (KernelRegression checks its keys' values, which meta tensors do not have: see test_cuda.)
+    assert sinusoidal_positional_encoding(8, 4, device="meta").device.type == "meta"
+    layer = MultiHeadAttention(8, 2).to("meta")
+    x = torch.empty(1, 5, 8, device="meta")
+    assert all(t.device.type == "meta" for t in layer(x, x, x))
