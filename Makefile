@@ -26,7 +26,7 @@ book: $(READY)
 	$(BIN)/python scripts/book.py
 
 test: $(READY)
-	$(BIN)/python -m pytest tests chapters templates --nbval -p no:cacheprovider
+	$(BIN)/python -m pytest tests chapters templates --nbval -p no:cacheprovider -rs
 
 student: $(READY)
 	$(BIN)/python scripts/student.py
