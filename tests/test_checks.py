@@ -291,3 +291,42 @@ def test_query_jacobian_check(capsys):
     with pytest.raises(CheckFailed, match=r"calls `jacobian`"):
         checks.check_query_jacobian(lambda q, k: torch.autograd.functional.jacobian(
             lambda x: torch.softmax(k @ x / len(x) ** 0.5, 0) @ k, q))
+
+
+def batched_regression_by_bmm(queries, keys, values, bandwidth):
+    """A learner's answer: one (B, n_q, n_k) weight stack and one torch.bmm."""
+    scores = -((queries[:, :, None] - keys[:, None, :]) / bandwidth) ** 2 / 2
+    return torch.bmm(torch.softmax(scores, dim=-1), values[:, :, None]).squeeze(-1)
+
+
+def test_batched_regression_check_accepts_a_bmm_answer(capsys):
+    for seed in HIDDEN_SEEDS:
+        checks.check_batched_regression(batched_regression_by_bmm, seed=seed)
+    assert capsys.readouterr().out.count("all 4 test cases") == len(HIDDEN_SEEDS)
+
+
+def test_batched_regression_check_explains_wrong_answers():
+    def pooled(queries, keys, values, bandwidth):       # every set sees every key
+        flat_k, flat_v = keys.flatten(), values.flatten()
+        return torch.stack([learner_nw(q, flat_k, flat_v, bandwidth) for q in queries])
+
+    def naive(queries, keys, values, bandwidth):         # exp() then divide
+        kernel = torch.exp(-((queries[:, :, None] - keys[:, None, :]) / bandwidth) ** 2 / 2)
+        return (kernel @ values[:, :, None]).squeeze(-1) / kernel.sum(-1)
+
+    with pytest.raises(CheckFailed, match=r"attend to the keys of every data set"):
+        checks.check_batched_regression(pooled)
+    with pytest.raises(CheckFailed, match=r"a query far from every key.*underflows to 0"):
+        checks.check_batched_regression(naive)
+    with pytest.raises(CheckFailed, match=r"your predictions at index"):
+        checks.check_batched_regression(
+            lambda q, k, v, h: batched_regression_by_bmm(q, k, v, 2 * h))
+
+
+def test_batched_regression_check_refuses_the_package_s_answer():
+    def delegated(queries, keys, values, bandwidth):
+        return torch.stack([nadaraya_watson(q, k, v, bandwidth)[0]
+                            for q, k, v in zip(queries, keys, values)])
+
+    with pytest.raises(CheckFailed, match=r"calls `nadaraya_watson`"):
+        checks.check_batched_regression(delegated)
