@@ -131,6 +131,7 @@ def _compare(got, expected, case, what="output", atol=1e-5, explain_nan=None):
     if not isinstance(got, torch.Tensor):
         raise CheckFailed(f"case '{case}': your {what} is a {type(got).__name__}, "
                           "expected a torch.Tensor")
+    got = got.detach().cpu()  # an answer computed on a GPU is compared all the same
     if got.shape != expected.shape:
         raise CheckFailed(f"case '{case}': your {what} has shape {tuple(got.shape)}, "
                           f"expected {tuple(expected.shape)}")
