@@ -330,3 +330,51 @@ def test_batched_regression_check_refuses_the_package_s_answer():
 
     with pytest.raises(CheckFailed, match=r"calls `nadaraya_watson`"):
         checks.check_batched_regression(delegated)
+
+
+def context_by_loops(scores, values, valid_lens):
+    """An independent answer: one sequence at a time, softmax over its real keys only."""
+    rows = [torch.softmax(scores[b, :n], dim=0) @ values[b, :n]
+            for b, n in enumerate(valid_lens.tolist())]
+    return torch.stack(rows)
+
+
+def dot_step_by_loops(query, keys, values, valid_lens):
+    scores = torch.einsum("bd,bnd->bn", query, keys) / query.shape[-1] ** 0.5
+    return context_by_loops(scores, values, valid_lens)
+
+
+@pytest.mark.parametrize("seed", (0, *HIDDEN_SEEDS))
+def test_decoder_step_checks_pass_independent_answers(seed, capsys):
+    checks.check_context_vector(context_by_loops, seed=seed)
+    checks.check_dot_product_step(dot_step_by_loops, seed=seed)
+    assert capsys.readouterr().out.count("Correct") == 2
+
+
+def test_decoder_step_checks_reject_wrong_answers():
+    def unmasked(scores, values, valid_lens):
+        return torch.einsum("bn,bnd->bd", torch.softmax(scores, dim=-1), values)
+
+    with pytest.raises(CheckFailed, match="context vector at index"):
+        checks.check_context_vector(unmasked)
+    with pytest.raises(CheckFailed, match=r"divide them by sqrt\(d\)"):
+        checks.check_dot_product_step(
+            lambda q, k, v, n: context_by_loops(torch.einsum("bd,bnd->bn", q, k), v, n))
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.check_context_vector(stub)
+
+
+def test_decoder_step_checks_reject_delegation():
+    def delegating(scores, values, valid_lens):
+        return (masked_softmax(scores[:, None], valid_lens) @ values)[:, 0]
+
+    with pytest.raises(CheckFailed, match="calls `masked_softmax`"):
+        checks.check_context_vector(delegating)
+
+    def via_sdpa(query, keys, values, valid_lens):
+        allowed = torch.arange(keys.shape[1])[None, None, :] < valid_lens[:, None, None]
+        return torch.nn.functional.scaled_dot_product_attention(
+            query[:, None], keys, values, attn_mask=allowed)[:, 0]
+
+    with pytest.raises(CheckFailed, match="calls `scaled_dot_product_attention`"):
+        checks.check_dot_product_step(via_sdpa)

@@ -552,3 +552,71 @@ def check_batched_regression(fn, seed=0):
                  explain_nan=lambda index: _kernel_underflow(
                      queries[index[0]], keys[index[0]], bandwidth)((index[1],)))
     _passed("your batched kernel regression", len(cases))
+
+
+def _decoder_step_cases(seed, with_dim):
+    """(name, batch, n_k, d, d_v, valid_lens) for the one-decoder-step checks (chapter on
+    encoder-decoder attention)."""
+    cases = [("batch of 3, lengths 4, 2, 5", 3, 5, 4, 3, [4, 2, 5]),
+             ("one sequence, no padding", 1, 6, 8, 2, [6]),
+             ("a sequence of length 1", 2, 4, 2, 5, [1, 3])]
+    if seed:
+        sizes = _integers(seed, 3, 1, 7, 20)
+        cases = [(f"random case {number}", batch, n_k, d, d_v,
+                  _integers(seed, batch, 1, n_k + 1, 30 + number))
+                 for number, (batch, n_k, d, d_v) in enumerate(zip(
+                     sizes, _integers(seed, 3, 2, 9, 21), _integers(seed, 3, 1, 9, 22),
+                     _integers(seed, 3, 1, 6, 23)))]
+    return cases if with_dim else [case[:3] + case[4:] for case in cases]
+
+
+def _reference_context(scores, values, lengths):
+    """float64 softmax over the first lengths[b] scores of each row, then the weighted sum."""
+    weights = torch.zeros_like(scores, dtype=torch.float64)
+    for b, length in enumerate(lengths):
+        weights[b, :length] = torch.softmax(scores[b, :length].double(), dim=0)
+    return (weights[:, :, None] * values.double()).sum(dim=1), weights
+
+
+def check_context_vector(fn, seed=0):
+    """Check fn(scores (batch, n_k), values (batch, n_k, d_v), valid_lens (batch,)) -> context
+    (batch, d_v): the softmax of each row's first valid_len scores, weighting the values."""
+    cases = _decoder_step_cases(seed, with_dim=False)
+    answers = (masking.masked_softmax, masking.softmax_with_mask)
+    for number, (case, batch, n_k, d_v, lengths) in enumerate(cases):
+        scores = _random((batch, n_k), seed, 40 + number) * 3
+        values = _random((batch, n_k, d_v), seed, 50 + number)
+        if n_k > min(lengths):
+            scores[:, -1] = 30.0                        # a tempting score on padding
+        expected, _ = _reference_context(scores, values, lengths)
+        got = _run(fn, (scores, values, torch.tensor(lengths)), case, forbidden=answers)
+        if isinstance(got, torch.Tensor):
+            got = got.double()
+        _compare(got, expected, case, "context vector")
+    _passed("your context vector", len(cases))
+
+
+def check_dot_product_step(fn, seed=0):
+    """Check fn(query (batch, d), keys (batch, n_k, d), values (batch, n_k, d_v), valid_lens
+    (batch,)) -> context (batch, d_v), with scores q . k_i / sqrt(d) over the first valid_len
+    keys."""
+    cases = _decoder_step_cases(seed, with_dim=True)
+    answers = (masking.masked_softmax, masking.softmax_with_mask,
+               attention.scaled_dot_product_attention,
+               torch.nn.functional.scaled_dot_product_attention)
+    for number, (case, batch, n_k, d, d_v, lengths) in enumerate(cases):
+        query = _random((batch, d), seed, 60 + number)
+        keys = _random((batch, n_k, d), seed, 70 + number)
+        values = _random((batch, n_k, d_v), seed, 80 + number)
+        scores = (keys.double() @ query.double()[:, :, None]).squeeze(-1) / d**0.5
+        expected, _ = _reference_context(scores, values, lengths)
+        got = _run(fn, (query, keys, values, torch.tensor(lengths)), case, forbidden=answers)
+        if isinstance(got, torch.Tensor):
+            got = got.double()
+        if (isinstance(got, torch.Tensor) and got.shape == expected.shape and d > 1
+                and torch.allclose(got, _reference_context(scores * d**0.5, values,
+                                                           lengths)[0], atol=1e-5)):
+            raise CheckFailed(f"case '{case}': your context is that of unscaled scores "
+                              "q . k_i; divide them by sqrt(d)")
+        _compare(got, expected, case, "context vector")
+    _passed("your dot-product attention step", len(cases))
