@@ -168,3 +168,14 @@ def test_cells_whose_digits_are_not_compared_still_assert_their_claims(notebook)
         if "nbval-ignore-output" in cell.metadata.get("tags", []):
             assert "assert " in cell.source, cell.source[:80]
             assert "rounding differences between CPU instruction sets" in cell.source, cell.source[:80]
+
+
+@pytest.mark.parametrize("path", CHAPTERS + [ROOT / "templates" / "chapter.ipynb"],
+                         ids=lambda path: path.name)
+def test_code_lines_fit_the_website(path):
+    """The book's code column shows 80 characters; a longer line scrolls sideways."""
+    notebook = nbformat.read(path, as_version=4)
+    too_long = [(index, line) for index, cell in enumerate(notebook.cells)
+                if cell.cell_type == "code"
+                for line in cell.source.splitlines() if len(line) > 80]
+    assert not too_long, f"code lines over 80 characters (cell, line): {too_long[:5]}"
