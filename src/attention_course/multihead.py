@@ -1,5 +1,5 @@
 """Multi-head, grouped-query and multi-query attention layers, and the KV cache's size
-(chapters 7–8). All heads attend with `attention.scaled_dot_product_attention`."""
+(chapters 8–9). All heads attend with `attention.scaled_dot_product_attention`."""
 
 import torch
 from torch import nn

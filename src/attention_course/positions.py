@@ -1,4 +1,4 @@
-"""Positional information (chapter 6): attention alone cannot tell positions apart."""
+"""Positional information (chapter 7): attention alone cannot tell positions apart."""
 
 import torch
 
