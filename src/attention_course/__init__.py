@@ -1,12 +1,24 @@
 """attention_course: the tested helper package shared by every chapter of the course."""
 
-from . import attention, checks, data, masking, multihead, plotting, pooling, positions, scoring
+from . import (
+    attention,
+    checks,
+    data,
+    masking,
+    multihead,
+    plotting,
+    pooling,
+    positions,
+    rotary,
+    scoring,
+)
 from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_attention
 from .data import load_mcycle, make_synthetic_regression, split_data, target_function
 from .masking import causal_mask, masked_softmax, valid_lens_mask
 from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
 from .plotting import plot_attention, plot_attention_schematic, plot_regression
 from .positions import sinusoidal_positional_encoding
+from .rotary import apply_rotary, rotary_frequencies
 from .pooling import (
     KernelRegression,
     kernel_scores,
@@ -27,6 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdditiveAttention",
+    "apply_rotary",
     "GroupedQueryAttention",
     "MultiHeadAttention",
     "KernelRegression",
@@ -54,6 +67,8 @@ __all__ = [
     "pooling",
     "positions",
     "rbf_scores",
+    "rotary",
+    "rotary_frequencies",
     "scaled_dot_product_attention",
     "scaled_dot_product_scores",
     "scoring",
