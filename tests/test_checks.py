@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import attention_course
-from attention_course import (SIMILARITIES, attention_entropy, causal_mask, checks, cosine_scores,
+from attention_course import (apply_rotary, SIMILARITIES, attention_entropy, causal_mask, checks, cosine_scores,
                               kv_cache_bytes, leave_one_out_mse, masked_softmax, nadaraya_watson,
                               sinusoidal_positional_encoding)
 from attention_course.checks import CheckFailed
@@ -378,3 +378,59 @@ def test_decoder_step_checks_reject_delegation():
 
     with pytest.raises(CheckFailed, match="calls `scaled_dot_product_attention`"):
         checks.check_dot_product_step(via_sdpa)
+
+
+def rotary_by_matrices(x, positions, pairs="half", sign=1.0):
+    """RoPE by an explicit rotation matrix per position, for the checks."""
+    seq, d = x.shape
+    rows = []
+    for m, row in zip(positions.tolist(), x.double()):
+        matrix = torch.eye(d, dtype=torch.float64)
+        for i in range(d // 2):
+            a, b = (i, i + d // 2) if pairs == "half" else (2 * i, 2 * i + 1)
+            angle = sign * m * 10000.0 ** (-2 * i / d)
+            matrix[a, a] = matrix[b, b] = math.cos(angle)
+            matrix[a, b], matrix[b, a] = -math.sin(angle), math.sin(angle)
+        rows.append(matrix @ row)
+    return torch.stack(rows)
+
+
+def rotary_attention_by_loops(x, w_q, w_k, w_v, rotate_values=False):
+    seq = len(x)
+    positions = torch.arange(seq)
+    q = rotary_by_matrices(x.double() @ w_q.double(), positions)
+    k = rotary_by_matrices(x.double() @ w_k.double(), positions)
+    v = x.double() @ w_v.double()
+    if rotate_values:
+        v = rotary_by_matrices(v, positions)
+    out = []
+    for i in range(seq):
+        scores = torch.stack([q[i] @ k[j] for j in range(i + 1)])
+        weights = torch.softmax(scores / math.sqrt(q.shape[1]), dim=0)
+        out.append(sum(w * v[j] for j, w in enumerate(weights)))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("seed", (0, *HIDDEN_SEEDS))
+def test_rotary_checks_pass_independent_answers(seed, capsys):
+    checks.check_rotary(rotary_by_matrices, seed=seed)
+    checks.check_rotary_attention(rotary_attention_by_loops, seed=seed)
+    assert capsys.readouterr().out.count("Correct") == 2
+
+
+def test_rotary_checks_explain_the_usual_mistakes():
+    with pytest.raises(CheckFailed, match="neighbouring dimensions"):
+        checks.check_rotary(lambda x, p: rotary_by_matrices(x, p, "adjacent"))
+    with pytest.raises(CheckFailed, match="-m theta_i"):
+        checks.check_rotary(lambda x, p: rotary_by_matrices(x, p, sign=-1.0))
+    with pytest.raises(CheckFailed, match="rotated x at index"):
+        checks.check_rotary(lambda x, p: x)
+    with pytest.raises(CheckFailed, match="calls `apply_rotary`"):
+        checks.check_rotary(apply_rotary)
+    with pytest.raises(CheckFailed, match="rotated the values too"):
+        checks.check_rotary_attention(
+            lambda *a: rotary_attention_by_loops(*a, rotate_values=True))
+    with pytest.raises(CheckFailed, match="attention output at index"):
+        checks.check_rotary_attention(
+            lambda x, w_q, w_k, w_v: rotary_attention_by_loops(
+                x, w_q, w_k, w_v).flip(0))

@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from . import attention, masking, multihead, pooling, positions, scoring
+from . import attention, masking, multihead, pooling, positions, rotary, scoring
 
 
 class CheckFailed(AssertionError):
@@ -620,3 +620,88 @@ def check_dot_product_step(fn, seed=0):
                               "q . k_i; divide them by sqrt(d)")
         _compare(got, expected, case, "context vector")
     _passed("your dot-product attention step", len(cases))
+
+
+def _rotate_reference(x, positions, pairs, sign=1.0, base=10000.0):
+    """float64 RoPE of x (..., seq, d): pairs "half" (i, i + d/2), Llama's, or
+    "adjacent" (2i, 2i + 1), the complex form's; sign -1 turns backwards."""
+    x = x.double()
+    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = sign * positions.double()[:, None] * theta   # (seq, d/2)
+    cos, sin = angles.cos(), angles.sin()
+    if pairs == "half":
+        a, b = x[..., : d // 2], x[..., d // 2:]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+
+
+_ROTARY_MISTAKES = (
+    (dict(pairs="adjacent"), "you paired neighbouring dimensions (2i, 2i+1); "
+     "this exercise pairs dimension i with i + head_dim/2, as Llama does"),
+    (dict(pairs="half", sign=-1.0), "you rotated by -m theta_i: "
+     "the second half is x_i sin + x_(i+d/2) cos, the first x_i cos - x_(i+d/2) sin"),
+)
+
+
+def _rotary_cases(seed):
+    cases = [("head_dim 2, positions 0..3", 4, 2),
+             ("head_dim 8, positions 0..5", 6, 8),
+             ("head_dim 16, positions 3, 1, 4, ...", 7, 16)]
+    if seed:
+        cases = [(f"random case {n}", seq, 2 * half) for n, (seq, half) in
+                 enumerate(zip(_integers(seed, 3, 1, 12, 90),
+                               _integers(seed, 3, 1, 12, 91)))]
+    for number, (case, seq, d) in enumerate(cases):
+        positions = torch.arange(seq)
+        if number == 2:
+            positions = torch.tensor(_integers(seed, seq, 0, 5000, 92))
+        yield case, _random((seq, d), seed, 93 + number), positions
+
+
+def check_rotary(fn, seed=0):
+    """Check fn(x (seq, head_dim), positions (seq,)) -> RoPE of x with base
+    10000 and Llama's pairing of dimension i with i + head_dim/2."""
+    n_cases = 0
+    for case, x, where in _rotary_cases(seed):
+        expected = _rotate_reference(x, where, "half")
+        got = _run(fn, (x, where), case, forbidden=(rotary.apply_rotary,))
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            for options, hint in _ROTARY_MISTAKES:
+                wrong = _rotate_reference(x, where, **options)
+                close = torch.allclose(got.detach().double(), wrong, atol=1e-4)
+                if close and not torch.allclose(wrong, expected, atol=1e-4):
+                    raise CheckFailed(f"case '{case}': {hint}")
+        _compare(got, expected, case, "rotated x", atol=1e-4)
+        n_cases += 1
+    _passed("your rotary embedding", n_cases)
+
+
+def check_rotary_attention(fn, seed=0):
+    """Check fn(x (seq, d_model), W_q, W_k, W_v (d_model, d)) -> causal
+    self-attention output (seq, d) with RoPE on queries and keys only."""
+    n_cases = 0
+    for case, x, where in _rotary_cases(seed):
+        seq, d = x.shape
+        w_q, w_k, w_v = (_random((d, d), seed, 100 + k) / d**0.5
+                         for k in range(3))
+        q, k, v = (x.double() @ w.double() for w in (w_q, w_k, w_v))
+        positions = torch.arange(seq)
+        q = _rotate_reference(q, positions, "half")
+        k = _rotate_reference(k, positions, "half")
+        scores = q @ k.T / d**0.5
+        allowed = torch.ones(seq, seq, dtype=torch.bool).tril()
+        expected = torch.softmax(scores.masked_fill(~allowed, -torch.inf),
+                                 -1) @ v
+        got = _run(fn, (x, w_q, w_k, w_v), case)
+        rotated_v = torch.softmax(scores.masked_fill(~allowed, -torch.inf),
+                                  -1) @ _rotate_reference(v, positions, "half")
+        if (isinstance(got, torch.Tensor) and got.shape == expected.shape
+                and seq > 1 and torch.allclose(got.double(), rotated_v,
+                                               atol=1e-4)):
+            raise CheckFailed(f"case '{case}': you rotated the values too; "
+                              "RoPE turns only queries and keys")
+        _compare(got, expected, case, "attention output", atol=1e-4)
+        n_cases += 1
+    _passed("your rotary self-attention", n_cases)
