@@ -13,6 +13,7 @@ from attention_course import (
     KernelRegression,
     MultiHeadAttention,
     SIMILARITIES,
+    apply_rotary,
     attention_entropy,
     causal_mask,
     masked_softmax,
@@ -115,3 +116,14 @@ def test_positions_and_plots_with_cuda_tensors():
     x = torch.linspace(0, 1, 10, device=CUDA)
     plt.close(plot_regression(x, x, x, {"a": 2 * x}, truth=x).figure)
     plt.close(plot_attention(torch.softmax(normal(3, 4), -1).to(CUDA)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_rotary_on_cuda_agrees_with_the_cpu(dtype):
+    x = normal(2, 4, 100, 64)
+    positions = torch.arange(4000, 4100)
+    on_cpu = apply_rotary(x.double(), positions)
+    got = apply_rotary(x.to(CUDA, dtype), positions.to(CUDA))
+    assert on_gpu(got) and got.dtype == dtype
+    tolerance = 8 * torch.finfo(dtype).eps * x.abs().max()
+    assert (got.double().cpu() - on_cpu).abs().max() < tolerance

@@ -14,6 +14,7 @@ from attention_course import (
     KernelRegression,
     MultiHeadAttention,
     SIMILARITIES,
+    apply_rotary,
     attention_entropy,
     causal_mask,
     kernel_scores,
@@ -198,3 +199,5 @@ def test_nothing_is_created_on_the_cpu_behind_the_callers_back():
     layer = MultiHeadAttention(8, 2).to("meta")
     x = torch.empty(1, 5, 8, device="meta")
     assert all(t.device.type == "meta" for t in layer(x, x, x))
+    assert apply_rotary(q).device.type == "meta"
+    assert apply_rotary(q, torch.arange(3, device="meta")).device.type == "meta"
