@@ -2,8 +2,6 @@
 entry, the complex-number (interleaved) form, and Llama's implementation in
 Hugging Face transformers."""
 
-import math
-
 import pytest
 import torch
 
