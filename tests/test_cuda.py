@@ -13,6 +13,7 @@ from attention_course import (
     KernelRegression,
     MultiHeadAttention,
     SIMILARITIES,
+    TinyDecoder,
     apply_rotary,
     attention_entropy,
     causal_mask,
@@ -127,3 +128,16 @@ def test_rotary_on_cuda_agrees_with_the_cpu(dtype):
     assert on_gpu(got) and got.dtype == dtype
     tolerance = 8 * torch.finfo(dtype).eps * x.abs().max()
     assert (got.double().cpu() - on_cpu).abs().max() < tolerance
+
+
+def test_tiny_decoder_and_its_cache_on_cuda_agree_with_the_cpu():
+    torch.manual_seed(0)
+    model = TinyDecoder(40, 32, 4, 2, 2, window=6).double().eval()
+    prompt = torch.randint(0, 40, (2, 5))
+    on_cpu = model.generate(prompt, 10)
+    model = model.to(CUDA)
+    caches = model.new_caches()
+    with torch.no_grad():
+        logits = model(prompt.to(CUDA), caches)
+    assert on_gpu(logits, caches[0].keys, caches[0].values)
+    assert torch.equal(model.generate(prompt.to(CUDA), 10).cpu(), on_cpu)

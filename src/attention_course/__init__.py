@@ -4,6 +4,7 @@ from . import (
     attention,
     checks,
     data,
+    decoding,
     masking,
     multihead,
     plotting,
@@ -13,6 +14,7 @@ from . import (
     scoring,
 )
 from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_attention
+from .decoding import KVCache, TinyDecoder, decoding_mask
 from .data import load_mcycle, make_synthetic_regression, split_data, target_function
 from .masking import causal_mask, masked_softmax, valid_lens_mask
 from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
@@ -43,6 +45,8 @@ __all__ = [
     "GroupedQueryAttention",
     "MultiHeadAttention",
     "KernelRegression",
+    "KVCache",
+    "TinyDecoder",
     "SIMILARITIES",
     "attention",
     "attention_entropy",
@@ -50,6 +54,8 @@ __all__ = [
     "checks",
     "cosine_scores",
     "data",
+    "decoding",
+    "decoding_mask",
     "dot_product_scores",
     "kernel_scores",
     "kv_cache_bytes",
