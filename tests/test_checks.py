@@ -392,11 +392,23 @@ def rotary_attention_by_loops(x, w_q, w_k, w_v, rotate_values=False):
     return torch.stack(out)
 
 
+def window_mask_by_comparison(queries, keys, window):
+    offsets = queries[:, None] - keys[None, :]              # t - s, (L, S)
+    return (offsets >= 0) & (offsets < window)
+
+
+def append_by_cat(held, new, window):
+    everything = torch.cat([held, new], dim=2)
+    return everything, everything if window is None else everything[:, :, -window:]
+
+
 INDEPENDENT_ANSWERS = [
     ("check_context_vector", context_by_loops),
     ("check_dot_product_step", dot_step_by_loops),
     ("check_rotary", rotate_by_matrices),
     ("check_rotary_attention", rotary_attention_by_loops),
+    ("check_sliding_window_mask", window_mask_by_comparison),
+    ("check_cache_append", append_by_cat),
 ]
 
 
@@ -424,3 +436,24 @@ def test_rotary_checks_explain_the_usual_mistakes():
         checks.check_rotary_attention(
             lambda x, w_q, w_k, w_v: rotary_attention_by_loops(
                 x, w_q, w_k, w_v).flip(0))
+
+
+def test_decoding_checks_explain_the_usual_mistakes():
+    with pytest.raises(CheckFailed, match="inverted"):
+        checks.check_sliding_window_mask(
+            lambda q, k, w: ~window_mask_by_comparison(q, k, w))
+    with pytest.raises(CheckFailed, match="window \\+ 1 keys"):
+        checks.check_sliding_window_mask(
+            lambda q, k, w: window_mask_by_comparison(q, k, w + 1))
+    with pytest.raises(CheckFailed, match="aligned top-left"):
+        checks.check_sliding_window_mask(
+            lambda q, k, w: torch.ones(len(q), len(k), dtype=torch.bool).tril())
+    with pytest.raises(CheckFailed, match="calls `decoding_mask`"):
+        checks.check_sliding_window_mask(attention_course.decoding_mask)
+    with pytest.raises(CheckFailed, match="kept the first window tokens"):
+        checks.check_cache_append(lambda h, n, w: (
+            torch.cat([h, n], 2), torch.cat([h, n], 2)[:, :, :w]))
+    with pytest.raises(CheckFailed, match="attend_to holds only the last"):
+        checks.check_cache_append(lambda h, n, w: (append_by_cat(h, n, w)[1],) * 2)
+    with pytest.raises(CheckFailed, match="return two tensors"):
+        checks.check_cache_append(lambda h, n, w: torch.cat([h, n], 2))

@@ -19,7 +19,8 @@ import sys
 
 import torch
 
-from . import attention, masking, multihead, pooling, positions, rotary, scoring
+from . import (attention, decoding, masking, multihead, pooling, positions, rotary,
+               scoring)
 
 
 class CheckFailed(AssertionError):
@@ -705,3 +706,110 @@ def check_rotary_attention(fn, seed=0):
         _compare(got, expected, case, "attention output", atol=1e-4)
         n_cases += 1
     _passed("your rotary self-attention", n_cases)
+
+
+def _window_cases(seed):
+    """(case, query positions, key positions, window) for the sliding-window
+    checks: a decoding step, a chunk of new queries, a window wider than the
+    sequence, and keys left after older ones were evicted."""
+    cases = [("one new token at position 9, window 4", [9], range(10), 4),
+             ("a chunk of 4 new tokens, window 3", range(6, 10), range(10), 3),
+             ("window 100 wider than the sequence", range(3, 7), range(7), 100),
+             ("keys 5..10 left in the cache, window 5", [10], range(5, 11), 5)]
+    if seed:
+        lengths = _integers(seed, 3, 2, 12, 110)
+        windows = _integers(seed, 3, 1, 8, 111)
+        cases = [(f"random case {n}: {m} tokens, window {w}",
+                  range(m - 1 - n, m), range(m), w)
+                 for n, (m, w) in enumerate(zip(lengths, windows)) if m > n]
+    for case, queries, keys, window in cases:
+        yield case, torch.tensor(list(queries)), torch.tensor(list(keys)), window
+
+
+def _window_by_loops(queries, keys, window, inclusive=False):
+    reach = window + 1 if inclusive else window    # keys t - reach < s <= t
+    return torch.tensor([[t - reach < s <= t for s in keys.tolist()]
+                         for t in queries.tolist()])
+
+
+def check_sliding_window_mask(fn, seed=0):
+    """Check fn(query_positions (L,), key_positions (S,), window) -> bool (L, S):
+    True where the query at position t may attend to the key at position s,
+    that is t - window < s <= t (the token itself and the window - 1 before it).
+    """
+    n_cases = 0
+    for case, queries, keys, window in _window_cases(seed):
+        expected = _window_by_loops(queries, keys, window)
+        got = _run(fn, (queries, keys, window), case,
+                   forbidden=(decoding.decoding_mask,))
+        if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
+            raise CheckFailed(f"case '{case}': your mask has dtype {got.dtype}; "
+                              "use torch.bool (True = may attend)")
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            hints = [(~expected, "your mask is inverted: True must mean "
+                                 "'may attend'"),
+                     (_window_by_loops(queries, keys, window, inclusive=True),
+                      "your window lets a query see window + 1 keys; with "
+                      "window W it sees itself and the W - 1 keys before it"),
+                     (torch.ones(len(queries), len(keys), dtype=torch.bool).tril(),
+                      "your mask is aligned top-left by index; compare "
+                      "positions instead (new queries come after the cache)")]
+            for wrong, hint in hints:
+                if torch.equal(got, wrong) and not torch.equal(wrong, expected):
+                    raise CheckFailed(f"case '{case}': {hint}")
+        _compare(got.float() if isinstance(got, torch.Tensor) else got,
+                 expected.float(), case, "mask")
+        n_cases += 1
+    _passed("your sliding-window mask", n_cases)
+
+
+def _cache_cases(seed):
+    """(case, held keys, new keys, window) for check_cache_append."""
+    shapes = [("empty cache, a prompt of 5, no window", 0, 5, None),
+              ("4 held, 1 new, window 3", 4, 1, 3),
+              ("2 held, 3 new, window 4", 2, 3, 4),
+              ("6 held, 1 new, window 10", 6, 1, 10)]
+    if seed:
+        held = _integers(seed, 3, 0, 8, 120)
+        new = _integers(seed, 3, 1, 5, 121)
+        windows = _integers(seed, 3, 1, 7, 122)
+        shapes = [(f"random case {n}", h, t, w)
+                  for n, (h, t, w) in enumerate(zip(held, new, windows))]
+    for number, (case, held, new, window) in enumerate(shapes):
+        keys = _random((2, 3, held + new, 4), seed, 130 + number)
+        yield case, keys[:, :, :held], keys[:, :, held:], window
+
+
+def check_cache_append(fn, seed=0):
+    """Check fn(held (batch, kv_heads, n, d), new (batch, kv_heads, t, d),
+    window) -> (attend_to, kept): attend_to is held followed by new along the
+    token axis; kept is attend_to's last `window` tokens (all when window is
+    None)."""
+    n_cases = 0
+    for case, held, new, window in _cache_cases(seed):
+        tokens = [held[:, :, i] for i in range(held.shape[2])]
+        tokens += [new[:, :, i] for i in range(new.shape[2])]
+        expected_all = torch.stack(tokens, dim=2)      # token by token
+        start = 0 if window is None else max(0, len(tokens) - window)
+        expected_kept = torch.stack(tokens[start:], dim=2)
+        got = _run(fn, (held.clone(), new.clone(), window), case)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise CheckFailed(f"case '{case}': return two tensors, "
+                              "(attend_to, kept)")
+        attend_to, kept = got
+        if (isinstance(attend_to, torch.Tensor)
+                and attend_to.shape == expected_kept.shape
+                and expected_kept.shape != expected_all.shape):
+            raise CheckFailed(f"case '{case}': attend_to holds only the last "
+                              "window tokens; the new queries must see every "
+                              "held key and the new ones before anything is "
+                              "dropped")
+        if (isinstance(kept, torch.Tensor) and kept.shape == expected_kept.shape
+                and window is not None and window < len(tokens)
+                and torch.equal(kept, expected_all[:, :, :window])):
+            raise CheckFailed(f"case '{case}': you kept the first window "
+                              "tokens; a sliding window keeps the last ones")
+        _compare(attend_to, expected_all, case, "attend_to")
+        _compare(kept, expected_kept, case, "kept")
+        n_cases += 1
+    _passed("your cache update", n_cases)
