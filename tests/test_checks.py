@@ -438,6 +438,18 @@ def test_rotary_checks_explain_the_usual_mistakes():
                 x, w_q, w_k, w_v).flip(0))
 
 
+def test_rotary_attention_check_names_the_wrong_scale():
+    # scaling W_q by c multiplies every score by c
+    unscaled = lambda x, w_q, w_k, w_v: rotary_attention_by_loops(
+        x, w_q * w_q.shape[1] ** 0.5, w_k, w_v)
+    with pytest.raises(CheckFailed, match="not scaled"):
+        checks.check_rotary_attention(unscaled)
+    by_model_width = lambda x, w_q, w_k, w_v: rotary_attention_by_loops(
+        x, w_q * (w_q.shape[1] / w_q.shape[0]) ** 0.5, w_k, w_v)
+    with pytest.raises(CheckFailed, match="sqrt\\(d_model\\)"):
+        checks.check_rotary_attention(by_model_width)
+
+
 def test_decoding_checks_explain_the_usual_mistakes():
     with pytest.raises(CheckFailed, match="inverted"):
         checks.check_sliding_window_mask(

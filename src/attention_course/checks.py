@@ -679,30 +679,44 @@ def check_rotary(fn, seed=0):
     _passed("your rotary embedding", n_cases)
 
 
+def _rotary_attention_reference(x, w_q, w_k, w_v, scale, rotate_values=False):
+    q, k, v = (x.double() @ w.double() for w in (w_q, w_k, w_v))
+    positions = torch.arange(len(x))
+    q = _rotate_reference(q, positions, "half")
+    k = _rotate_reference(k, positions, "half")
+    if rotate_values:
+        v = _rotate_reference(v, positions, "half")
+    allowed = torch.ones(len(x), len(x), dtype=torch.bool).tril()
+    scores = (q @ k.T * scale).masked_fill(~allowed, -torch.inf)
+    return torch.softmax(scores, -1) @ v
+
+
 def check_rotary_attention(fn, seed=0):
     """Check fn(x (seq, d_model), W_q, W_k, W_v (d_model, d)) -> causal
-    self-attention output (seq, d) with RoPE on queries and keys only."""
+    self-attention output (seq, d) with RoPE on queries and keys only, scores
+    scaled by 1 / sqrt(d)."""
     n_cases = 0
-    for case, x, where in _rotary_cases(seed):
-        seq, d = x.shape
-        w_q, w_k, w_v = (_random((d, d), seed, 100 + k) / d**0.5
+    for case, x, _ in _rotary_cases(seed):
+        seq, d_model = x.shape
+        d = d_model + 2                    # the head size differs from d_model
+        w_q, w_k, w_v = (_random((d_model, d), seed, 100 + k) / d_model**0.5
                          for k in range(3))
-        q, k, v = (x.double() @ w.double() for w in (w_q, w_k, w_v))
-        positions = torch.arange(seq)
-        q = _rotate_reference(q, positions, "half")
-        k = _rotate_reference(k, positions, "half")
-        scores = q @ k.T / d**0.5
-        allowed = torch.ones(seq, seq, dtype=torch.bool).tril()
-        expected = torch.softmax(scores.masked_fill(~allowed, -torch.inf),
-                                 -1) @ v
-        got = _run(fn, (x, w_q, w_k, w_v), case)
-        rotated_v = torch.softmax(scores.masked_fill(~allowed, -torch.inf),
-                                  -1) @ _rotate_reference(v, positions, "half")
-        if (isinstance(got, torch.Tensor) and got.shape == expected.shape
-                and seq > 1 and torch.allclose(got.double(), rotated_v,
-                                               atol=1e-4)):
-            raise CheckFailed(f"case '{case}': you rotated the values too; "
-                              "RoPE turns only queries and keys")
+        weights = (x, w_q, w_k, w_v)
+        expected = _rotary_attention_reference(*weights, d**-0.5)
+        got = _run(fn, weights, case, forbidden=(rotary.apply_rotary,))
+        mistakes = [
+            (_rotary_attention_reference(*weights, d**-0.5, True),
+             "you rotated the values too; RoPE turns only queries and keys"),
+            (_rotary_attention_reference(*weights, 1.0),
+             "the scores are not scaled; divide them by sqrt(d)"),
+            (_rotary_attention_reference(*weights, d_model**-0.5),
+             "you scaled by sqrt(d_model); the scale is sqrt(d), the size of "
+             "queries and keys")]
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape and seq > 1:
+            for wrong, hint in mistakes:
+                if (torch.allclose(got.detach().double(), wrong, atol=1e-4)
+                        and not torch.allclose(wrong, expected, atol=1e-4)):
+                    raise CheckFailed(f"case '{case}': {hint}")
         _compare(got, expected, case, "attention output", atol=1e-4)
         n_cases += 1
     _passed("your rotary self-attention", n_cases)
