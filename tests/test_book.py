@@ -167,7 +167,9 @@ def test_cells_whose_digits_are_not_compared_still_assert_their_claims(notebook)
     for cell in code_cells(notebook):
         if "nbval-ignore-output" in cell.metadata.get("tags", []):
             assert "assert " in cell.source, cell.source[:80]
-            assert "rounding differences between CPU instruction sets" in cell.source, cell.source[:80]
+            reasons = ("rounding differences between CPU instruction sets",
+                       "times differ from machine to machine")
+            assert any(reason in cell.source for reason in reasons), cell.source[:80]
 
 
 @pytest.mark.parametrize("path", CHAPTERS + [ROOT / "templates" / "chapter.ipynb"],

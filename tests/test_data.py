@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from attention_course import load_mcycle, make_synthetic_regression, split_data, target_function
+from attention_course import load_mcycle, load_zen_of_python, make_synthetic_regression, split_data, target_function
 from attention_course.data import MCYCLE_SHA256, data_dir
 
 
@@ -138,3 +138,13 @@ def test_split_data_partitions_and_is_seeded():
 def test_split_data_bad_input(args, message):
     with pytest.raises(ValueError, match=message):
         split_data(*args)
+
+
+def test_zen_of_python_is_the_standard_librarys(capsys):
+    import codecs
+    import this  # prints the Zen on import
+
+    capsys.readouterr()
+    assert load_zen_of_python() == codecs.decode(this.s, "rot13")
+    digest = hashlib.sha256((data_dir() / "zen_of_python.txt").read_bytes()).hexdigest()
+    assert digest in (data_dir() / "README.md").read_text()

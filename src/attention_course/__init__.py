@@ -15,7 +15,7 @@ from . import (
 )
 from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_attention
 from .decoding import KVCache, TinyDecoder, decoding_mask
-from .data import load_mcycle, make_synthetic_regression, split_data, target_function
+from .data import load_mcycle, load_zen_of_python, make_synthetic_regression, split_data, target_function
 from .masking import causal_mask, masked_softmax, valid_lens_mask
 from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
 from .plotting import plot_attention, plot_attention_schematic, plot_regression
@@ -61,6 +61,7 @@ __all__ = [
     "kv_cache_bytes",
     "leave_one_out_mse",
     "load_mcycle",
+    "load_zen_of_python",
     "make_synthetic_regression",
     "masked_softmax",
     "masking",

@@ -11,6 +11,7 @@ import torch
 from ._shapes import require_positive
 
 MCYCLE_SHA256 = "93d06e3d834a5c21056b40f16fcd03c4384acff5020e273453d5cd62d730f0c8"
+ZEN_SHA256 = "e250f274f33b9b621a04264025d50e5fb9b1f989f444d13bb373882e734e996f"
 
 
 def data_dir():
@@ -48,6 +49,13 @@ def load_mcycle(path=None):
     times = torch.tensor([float(row["times"]) for row in rows])
     accel = torch.tensor([float(row["accel"]) for row in rows])
     return times, accel
+
+
+def load_zen_of_python(path=None):
+    """The Zen of Python by Tim Peters (CPython's `this` module), 856 characters:
+    the short text chapter 11's decoder trains on. Checksum-verified."""
+    path = pathlib.Path(path) if path else data_dir() / "zen_of_python.txt"
+    return _verified_bytes(path, ZEN_SHA256).decode()
 
 
 def target_function(x):
