@@ -13,49 +13,88 @@ VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, HIDDEN = 50, 32, 4, 2, 2, 48
 
 
 def random(*shape, seed=0, dtype=torch.float64):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    return torch.randn(
+        *shape, generator=torch.Generator().manual_seed(seed), dtype=dtype
+    )
 
 
 def tiny(window=None, sinks=0, seed=0, dtype=torch.float64):
     torch.manual_seed(seed)
-    model = TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, window, hidden_dim=HIDDEN,
-                        sinks=sinks)
+    model = TinyDecoder(
+        VOCAB,
+        WIDTH,
+        HEADS,
+        KV_HEADS,
+        LAYERS,
+        window,
+        hidden_dim=HIDDEN,
+        sinks=sinks,
+    )
     return model.to(dtype).eval()
 
 
 def token_ids(batch, seq, seed=0):
-    return torch.randint(0, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(
+        0, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(seed)
+    )
 
 
-# decoding_mask ------------------------------------------------------------------------------
+# decoding_mask ----------------------------------------------------------------
+
 
 def mask_by_loops(queries, keys, window, sinks):
-    return torch.tensor([[s <= t and (window is None or s > t - window or s < sinks)
-                          for s in keys.tolist()] for t in queries.tolist()])
+    return torch.tensor(
+        [
+            [
+                s <= t and (window is None or s > t - window or s < sinks)
+                for s in keys.tolist()
+            ]
+            for t in queries.tolist()
+        ]
+    )
 
 
-@pytest.mark.parametrize("window, sinks", [(None, 0), (1, 0), (3, 0), (3, 2), (20, 1)])
+@pytest.mark.parametrize(
+    "window, sinks", [(None, 0), (1, 0), (3, 0), (3, 2), (20, 1)]
+)
 def test_mask_equals_a_loop_over_positions(window, sinks):
-    queries, keys = torch.tensor([0, 4, 5, 9, 12]), torch.tensor([0, 1, 2, 5, 6, 7, 8, 9, 12])
-    assert torch.equal(decoding_mask(queries, keys, window, sinks),
-                       mask_by_loops(queries, keys, window, sinks))
+    queries, keys = torch.tensor([0, 4, 5, 9, 12]), torch.tensor(
+        [0, 1, 2, 5, 6, 7, 8, 9, 12]
+    )
+    assert torch.equal(
+        decoding_mask(queries, keys, window, sinks),
+        mask_by_loops(queries, keys, window, sinks),
+    )
 
 
 @pytest.mark.parametrize("new, cached", [(1, 7), (3, 5), (6, 0)])
-def test_a_chunk_after_the_cache_is_pytorchs_lower_right_causal_mask(new, cached):
-    queries, keys = torch.arange(cached, cached + new), torch.arange(cached + new)
+def test_a_chunk_after_the_cache_is_pytorchs_lower_right_causal_mask(
+    new, cached
+):
+    queries, keys = torch.arange(cached, cached + new), torch.arange(
+        cached + new
+    )
     reference = causal_lower_right(new, cached + new)._materialize()
     assert torch.equal(decoding_mask(queries, keys), reference)
 
 
-# KVCache ------------------------------------------------------------------------------------
+# KVCache ----------------------------------------------------------------------
+
 
 def chunks(lengths, seed=0, batch=2, heads=2, head_dim=4):
     """(key, value) pairs of the given lengths, and their concatenation."""
-    pairs = [(random(batch, heads, n, head_dim, seed=seed + 2 * i),
-              random(batch, heads, n, head_dim, seed=seed + 2 * i + 1))
-             for i, n in enumerate(lengths)]
-    return pairs, torch.cat([k for k, _ in pairs], 2), torch.cat([v for _, v in pairs], 2)
+    pairs = [
+        (
+            random(batch, heads, n, head_dim, seed=seed + 2 * i),
+            random(batch, heads, n, head_dim, seed=seed + 2 * i + 1),
+        )
+        for i, n in enumerate(lengths)
+    ]
+    return (
+        pairs,
+        torch.cat([k for k, _ in pairs], 2),
+        torch.cat([v for _, v in pairs], 2),
+    )
 
 
 def test_cache_returns_everything_appended_in_order():
@@ -79,7 +118,9 @@ def test_window_keeps_the_last_tokens_and_the_sinks(window, sinks):
     for key, value in pairs:
         keys, _ = cache.update(key, value)
         total += key.shape[2]
-        assert keys.shape[2] == held_before + key.shape[2]   # held + new, before eviction
+        assert (
+            keys.shape[2] == held_before + key.shape[2]
+        )  # held + new, before eviction
         kept = [p for p in range(total) if p >= total - window or p < sinks]
         assert cache.positions.tolist() == kept
         assert torch.equal(cache.keys, all_keys[:, :, kept])
@@ -88,21 +129,34 @@ def test_window_keeps_the_last_tokens_and_the_sinks(window, sinks):
     assert len(cache) == min(total, window + sinks)
 
 
-@pytest.mark.parametrize("dtype, size", [(torch.float16, 2), (torch.float32, 4),
-                                         (torch.float64, 8)])
+@pytest.mark.parametrize(
+    "dtype, size", [(torch.float16, 2), (torch.float32, 4), (torch.float64, 8)]
+)
 def test_nbytes_is_two_tensors_of_batch_heads_tokens_head_dim(dtype, size):
     cache = KVCache(window=6)
     for _ in range(4):
-        cache.update(torch.zeros(3, 2, 2, 8, dtype=dtype), torch.zeros(3, 2, 2, 8, dtype=dtype))
+        cache.update(
+            torch.zeros(3, 2, 2, 8, dtype=dtype),
+            torch.zeros(3, 2, 2, 8, dtype=dtype),
+        )
     assert len(cache) == 6
-    assert cache.nbytes == 2 * 3 * 2 * 6 * 8 * size           # K and V, B, H_kv, tokens, d_h
+    assert (
+        cache.nbytes == 2 * 3 * 2 * 6 * 8 * size
+    )  # K and V, B, H_kv, tokens, d_h
     assert KVCache().nbytes == 0
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"window": 0}, "window"), ({"window": -2}, "window"), ({"window": 2.5}, "window"),
-    ({"window": True}, "window"), ({"sinks": -1, "window": 3}, "sinks"),
-    ({"sinks": 2}, "sinks need a window")])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"window": 0}, "window"),
+        ({"window": -2}, "window"),
+        ({"window": 2.5}, "window"),
+        ({"window": True}, "window"),
+        ({"sinks": -1, "window": 3}, "sinks"),
+        ({"sinks": 2}, "sinks need a window"),
+    ],
+)
 def test_bad_cache_settings_raise(options, message):
     with pytest.raises(ValueError, match=message):
         KVCache(**options)
@@ -112,44 +166,83 @@ def test_bad_updates_raise_naming_the_shapes():
     cache = KVCache()
     with pytest.raises(ValueError, match=r"\(2, 3, 4\)"):
         cache.update(torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
-    with pytest.raises(ValueError, match=r"key \(1, 2, 3, 4\) and value \(1, 2, 3, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"key \(1, 2, 3, 4\) and value \(1, 2, 3, 5\)"
+    ):
         cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5))
     cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
-    for wrong in (torch.zeros(2, 2, 1, 4), torch.zeros(1, 1, 1, 4), torch.zeros(1, 2, 1, 8),
-                  torch.zeros(1, 2, 1, 4, dtype=torch.float64)):
-        with pytest.raises(ValueError, match=r"does not match the cache \(1, 2, 3, 4\)"):
+    for wrong in (
+        torch.zeros(2, 2, 1, 4),
+        torch.zeros(1, 1, 1, 4),
+        torch.zeros(1, 2, 1, 8),
+        torch.zeros(1, 2, 1, 4, dtype=torch.float64),
+    ):
+        with pytest.raises(
+            ValueError, match=r"does not match the cache \(1, 2, 3, 4\)"
+        ):
             cache.update(wrong, wrong)
-    assert len(cache) == 3                                     # nothing was appended
+    assert len(cache) == 3  # nothing was appended
 
 
-# TinyDecoder against Llama and Mistral in transformers -------------------------------------
+# TinyDecoder against Llama and Mistral in transformers ------------------------
+
 
 def hugging_face_twin(model, window=None):
-    """A transformers Llama (or Mistral, with a sliding window) with model's weights."""
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+    """A transformers Llama (or Mistral, with a sliding window) with model's
+    weights."""
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+    )
 
-    sizes = dict(vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=HIDDEN,
-                 num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                 num_key_value_heads=KV_HEADS, rms_norm_eps=1e-6, max_position_embeddings=256,
-                 tie_word_embeddings=False)
+    sizes = dict(
+        vocab_size=VOCAB,
+        hidden_size=WIDTH,
+        intermediate_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
     if window is None:
         config, family = LlamaConfig(**sizes), LlamaForCausalLM
     else:
-        config, family = MistralConfig(sliding_window=window, **sizes), MistralForCausalLM
+        config, family = (
+            MistralConfig(sliding_window=window, **sizes),
+            MistralForCausalLM,
+        )
     config._attn_implementation = "eager"
     twin = family(config).to(torch.float32).eval()
-    ours = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
-            "lm_head.weight": "lm_head.weight"}
-    names = {"attention_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm",
-             "attention.q_proj": "self_attn.q_proj", "attention.k_proj": "self_attn.k_proj",
-             "attention.v_proj": "self_attn.v_proj", "attention.out_proj": "self_attn.o_proj",
-             "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj", "down_proj": "mlp.down_proj"}
+    ours = {
+        "embed.weight": "model.embed_tokens.weight",
+        "norm.weight": "model.norm.weight",
+        "lm_head.weight": "lm_head.weight",
+    }
+    names = {
+        "attention_norm": "input_layernorm",
+        "mlp_norm": "post_attention_layernorm",
+        "attention.q_proj": "self_attn.q_proj",
+        "attention.k_proj": "self_attn.k_proj",
+        "attention.v_proj": "self_attn.v_proj",
+        "attention.out_proj": "self_attn.o_proj",
+        "gate_proj": "mlp.gate_proj",
+        "up_proj": "mlp.up_proj",
+        "down_proj": "mlp.down_proj",
+    }
     for layer in range(LAYERS):
         for mine, theirs in names.items():
-            ours[f"blocks.{layer}.{mine}.weight"] = f"model.layers.{layer}.{theirs}.weight"
+            ours[f"blocks.{layer}.{mine}.weight"] = (
+                f"model.layers.{layer}.{theirs}.weight"
+            )
     state = model.state_dict()
-    assert set(state) == set(ours)                             # every weight is mapped
-    twin.load_state_dict({ours[name]: tensor.float() for name, tensor in state.items()})
+    assert set(state) == set(ours)  # every weight is mapped
+    twin.load_state_dict(
+        {ours[name]: tensor.float() for name, tensor in state.items()}
+    )
     return twin
 
 
@@ -160,28 +253,37 @@ def test_logits_equal_llama_and_mistral_in_transformers(window):
     ids = token_ids(3, 17)
     with torch.no_grad():
         # Llama rounds its rotary angles (up to about 16 rad here) in float32
-        torch.testing.assert_close(model(ids), twin(ids).logits, rtol=0, atol=1e-4)
+        torch.testing.assert_close(
+            model(ids), twin(ids).logits, rtol=0, atol=1e-4
+        )
 
 
 def test_greedy_tokens_equal_transformers_generate():
     model = tiny(dtype=torch.float32, seed=3)
     twin = hugging_face_twin(model)
     prompt = token_ids(2, 6, seed=4)
-    theirs = twin.generate(prompt, max_new_tokens=20, do_sample=False, min_new_tokens=20,
-                           pad_token_id=0, eos_token_id=None)
+    theirs = twin.generate(
+        prompt,
+        max_new_tokens=20,
+        do_sample=False,
+        min_new_tokens=20,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
     assert torch.equal(model.generate(prompt, 20), theirs)
 
 
-# the cache inside the decoder ----------------------------------------------------------------
+# the cache inside the decoder -------------------------------------------------
+
 
 @pytest.mark.parametrize("window, sinks", [(None, 0), (4, 0), (4, 2), (40, 0)])
 def test_chunked_decoding_with_caches_equals_one_full_pass(window, sinks):
     model = tiny(window, sinks, seed=1)
     ids = token_ids(2, 19, seed=2)
-    full = model(ids)                                          # no cache, one pass
+    full = model(ids)  # no cache, one pass
     caches, pieces, start = model.new_caches(), [], 0
-    for size in (6, 1, 1, 4, 1, 1, 5):                         # prefill, then steps and chunks
-        pieces.append(model(ids[:, start:start + size], caches))
+    for size in (6, 1, 1, 4, 1, 1, 5):  # prefill, then steps and chunks
+        pieces.append(model(ids[:, start : start + size], caches))
         start += size
     torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=0, atol=1e-12)
     held = 19 if window is None else min(19, window + sinks)
@@ -189,15 +291,20 @@ def test_chunked_decoding_with_caches_equals_one_full_pass(window, sinks):
 
 
 @pytest.mark.parametrize("window, sinks", [(None, 0), (3, 0), (3, 1)])
-def test_generate_with_and_without_the_cache_and_teacher_forcing_agree(window, sinks):
+def test_generate_with_and_without_the_cache_and_teacher_forcing_agree(
+    window, sinks
+):
     model = tiny(window, sinks, seed=5)
     prompt = token_ids(3, 5, seed=6)
     cached = model.generate(prompt, 12)
     assert torch.equal(cached, model.generate(prompt, 12, use_cache=False))
     assert torch.equal(cached[:, :5], prompt)
-    # each generated token is the argmax of one full pass over the final sequence
+    # each generated token is the argmax of one full pass over the final
+    # sequence
     with torch.no_grad():
-        assert torch.equal(model(cached[:, :-1]).argmax(-1)[:, 4:], cached[:, 5:])
+        assert torch.equal(
+            model(cached[:, :-1]).argmax(-1)[:, 4:], cached[:, 5:]
+        )
 
 
 def test_a_window_changes_logits_only_beyond_the_window():
@@ -208,10 +315,14 @@ def test_a_window_changes_logits_only_beyond_the_window():
     torch.testing.assert_close(a[:, :6], b[:, :6], rtol=0, atol=1e-12)
     assert not torch.allclose(a[:, 6:], b[:, 6:], atol=1e-6)
     wide = tiny(window=15, seed=7)
-    torch.testing.assert_close(wide(ids), a, rtol=0, atol=1e-12)  # W >= T: full attention
+    torch.testing.assert_close(
+        wide(ids), a, rtol=0, atol=1e-12
+    )  # W >= T: full attention
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str
+)
 def test_logits_and_cache_follow_the_model_dtype(dtype):
     model = tiny(dtype=dtype)
     assert model(token_ids(1, 4)).dtype == dtype
@@ -224,7 +335,9 @@ def test_bad_decoder_inputs_raise_naming_the_shapes():
     model = tiny()
     with pytest.raises(ValueError, match=r"ids \(1, 3\) must hold integer"):
         model(torch.zeros(1, 3))
-    with pytest.raises(ValueError, match=r"ids \(1, 2\) must lie in \[0, vocab_size=50\)"):
+    with pytest.raises(
+        ValueError, match=r"ids \(1, 2\) must lie in \[0, vocab_size=50\)"
+    ):
         model(torch.tensor([[3, 50]]))
     with pytest.raises(ValueError, match="must have 2 dimensions"):
         model(torch.tensor([1, 2]))
@@ -236,5 +349,7 @@ def test_bad_decoder_inputs_raise_naming_the_shapes():
         model.generate(token_ids(1, 2), -1)
     with pytest.raises(ValueError, match="window"):
         TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, window=0)
-    with pytest.raises(ValueError, match="num_heads=4 must be divisible by num_kv_heads=3"):
+    with pytest.raises(
+        ValueError, match="num_heads=4 must be divisible by num_kv_heads=3"
+    ):
         TinyDecoder(VOCAB, WIDTH, HEADS, 3, LAYERS)

@@ -12,25 +12,34 @@ import torch
 from torch import nn
 
 from ._shapes import require_rank, shape_of
-from .multihead import GroupedQueryAttention, grouped_attention, merge_heads, split_heads
+from .multihead import (
+    GroupedQueryAttention,
+    grouped_attention,
+    merge_heads,
+    split_heads,
+)
 from .rotary import apply_rotary
 
 
 def _require_count(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(
+            f"{name} must be an integer >= {minimum}, got {value!r}"
+        )
 
 
 def decoding_mask(query_positions, key_positions, window=None, sinks=0):
-    """Bool (L, S), True where the query at query_positions (L,) may attend to the
-    key at key_positions (S,): causal (s <= t) and, with a window W, only the last
-    W positions (t - W < s) or one of the first `sinks` positions (s < sinks)."""
+    """Bool (L, S), True where the query at query_positions (L,) may attend to
+    the key at key_positions (S,): causal (s <= t) and, with a window W, only
+    the last W positions (t - W < s) or one of the first `sinks` positions
+    (s < sinks)."""
     require_rank("query_positions", query_positions, 1)
     require_rank("key_positions", key_positions, 1)
     if window is not None:
         _require_count("window", window, 1)
     _require_count("sinks", sinks, 0)
-    t, s = query_positions[:, None], key_positions[None, :].to(query_positions.device)
+    t = query_positions[:, None]                             # (L, 1)
+    s = key_positions[None, :].to(query_positions.device)    # (1, S)
     allowed = s <= t
     if window is not None:
         allowed &= (s > t - window) | (s < sinks)
@@ -54,10 +63,13 @@ class KVCache:
             _require_count("window", window, 1)
         _require_count("sinks", sinks, 0)
         if sinks and window is None:
-            raise ValueError("sinks need a window: without one every token is kept")
+            raise ValueError(
+                "sinks need a window: without one every token is kept"
+            )
         self.window, self.sinks = window, sinks
         self.keys = self.values = None
-        self.positions = torch.zeros(0, dtype=torch.long)  # (held,) of the tokens held
+        # positions (held,) of the tokens held
+        self.positions = torch.zeros(0, dtype=torch.long)
         self.key_positions = self.positions
         self.seen = 0
 
@@ -68,22 +80,32 @@ class KVCache:
     def nbytes(self):
         if self.keys is None:
             return 0
-        return (self.keys.numel() + self.values.numel()) * self.keys.element_size()
+        return (
+            self.keys.numel() + self.values.numel()
+        ) * self.keys.element_size()
 
     def _check(self, key, value):
         for name, tensor in (("key", key), ("value", value)):
             require_rank(name, tensor, 4)
         if key.shape != value.shape:
-            raise ValueError(f"key {shape_of(key)} and value {shape_of(value)} must both be "
-                             "(batch, kv_heads, t, head_dim)")
+            raise ValueError(
+                f"key {shape_of(key)} and value {shape_of(value)} must both be "
+                "(batch, kv_heads, t, head_dim)"
+            )
         if self.keys is not None:
             held = self.keys
-            if (key.shape[:2] != held.shape[:2] or key.shape[3] != held.shape[3]
-                    or key.dtype != held.dtype or key.device != held.device):
+            if (
+                key.shape[:2] != held.shape[:2]
+                or key.shape[3] != held.shape[3]
+                or key.dtype != held.dtype
+                or key.device != held.device
+            ):
                 raise ValueError(
-                    f"key {shape_of(key)} ({key.dtype}, {key.device}) does not match the "
-                    f"cache {shape_of(held)} ({held.dtype}, {held.device}): batch, kv_heads, "
-                    "head_dim, dtype and device must stay the same")
+                    f"key {shape_of(key)} ({key.dtype}, {key.device}) does "
+                    f"not match the cache {shape_of(held)} ({held.dtype}, "
+                    f"{held.device}): batch, kv_heads, "
+                    "head_dim, dtype and device must stay the same"
+                )
 
     def update(self, key, value):
         """Append key, value (batch, kv_heads, t, head_dim); return all keys and
@@ -100,7 +122,9 @@ class KVCache:
         self.key_positions = positions
         keep = torch.ones(len(positions), dtype=torch.bool)
         if self.window is not None:
-            keep = (positions >= self.seen - self.window) | (positions < self.sinks)
+            keep = (positions >= self.seen - self.window) | (
+                positions < self.sinks
+            )
         self.keys = keys[:, :, keep.to(keys.device)]
         self.values = values[:, :, keep.to(values.device)]
         self.positions = positions[keep]
@@ -113,12 +137,22 @@ class DecoderBlock(nn.Module):
     forward(x (batch, L, embed_dim), positions (L,), cache=None) -> (batch, L,
     embed_dim); with a cache the queries attend to the cached keys as well."""
 
-    def __init__(self, embed_dim, num_heads, num_kv_heads, hidden_dim, window=None, sinks=0,
-                 base=10000.0):
+    def __init__(
+        self,
+        embed_dim,
+        num_heads,
+        num_kv_heads,
+        hidden_dim,
+        window=None,
+        sinks=0,
+        base=10000.0,
+    ):
         super().__init__()
         self.window, self.sinks, self.base = window, sinks, base
         self.attention_norm = nn.RMSNorm(embed_dim, eps=1e-6)
-        self.attention = GroupedQueryAttention(embed_dim, num_heads, num_kv_heads)
+        self.attention = GroupedQueryAttention(
+            embed_dim, num_heads, num_kv_heads
+        )
         self.mlp_norm = nn.RMSNorm(embed_dim, eps=1e-6)
         self.gate_proj = nn.Linear(embed_dim, hidden_dim, bias=False)
         self.up_proj = nn.Linear(embed_dim, hidden_dim, bias=False)
@@ -128,12 +162,12 @@ class DecoderBlock(nn.Module):
         """RoPE attention of x (batch, L, embed_dim) at positions (L,)."""
         layer = self.attention
         q = split_heads(layer.q_proj(x), layer.num_heads)  # (batch, H, L, d_h)
-        k, v = layer.project_kv(x)                         # (batch, H_kv, L, d_h)
+        k, v = layer.project_kv(x)  # (batch, H_kv, L, d_h)
         q = apply_rotary(q, positions, self.base)
-        k = apply_rotary(k, positions, self.base)          # rotated once, then cached
+        k = apply_rotary(k, positions, self.base)  # rotated once, then cached
         key_positions = positions
         if cache is not None:
-            k, v = cache.update(k, v)                      # (batch, H_kv, S, d_h)
+            k, v = cache.update(k, v)  # (batch, H_kv, S, d_h)
             key_positions = cache.key_positions
         mask = decoding_mask(positions, key_positions, self.window, self.sinks)
         heads, _ = grouped_attention(q, k, v, attn_mask=mask.to(x.device))
@@ -142,7 +176,9 @@ class DecoderBlock(nn.Module):
     def forward(self, x, positions, cache=None):
         x = x + self.attend(self.attention_norm(x), positions, cache)
         h = self.mlp_norm(x)
-        return x + self.down_proj(nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
+        return x + self.down_proj(
+            nn.functional.silu(self.gate_proj(h)) * self.up_proj(h)
+        )
 
 
 class TinyDecoder(nn.Module):
@@ -155,18 +191,38 @@ class TinyDecoder(nn.Module):
     max_new_tokens); with and without the cache the tokens are identical.
     """
 
-    def __init__(self, vocab_size, embed_dim, num_heads, num_kv_heads, num_layers, window=None,
-                 *, hidden_dim=None, sinks=0, base=10000.0):
+    def __init__(
+        self,
+        vocab_size,
+        embed_dim,
+        num_heads,
+        num_kv_heads,
+        num_layers,
+        window=None,
+        *,
+        hidden_dim=None,
+        sinks=0,
+        base=10000.0,
+    ):
         super().__init__()
         _require_count("vocab_size", vocab_size, 1)
         _require_count("num_layers", num_layers, 1)
-        KVCache(window, sinks)                       # validates window and sinks
+        KVCache(window, sinks)  # validates window and sinks
         self.vocab_size, self.window, self.sinks = vocab_size, window, sinks
         hidden_dim = hidden_dim or 4 * embed_dim
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.blocks = nn.ModuleList(
-            DecoderBlock(embed_dim, num_heads, num_kv_heads, hidden_dim, window, sinks, base)
-            for _ in range(num_layers))
+            DecoderBlock(
+                embed_dim,
+                num_heads,
+                num_kv_heads,
+                hidden_dim,
+                window,
+                sinks,
+                base,
+            )
+            for _ in range(num_layers)
+        )
         self.norm = nn.RMSNorm(embed_dim, eps=1e-6)
         self.lm_head = nn.Linear(embed_dim, vocab_size, bias=False)
 
@@ -176,26 +232,42 @@ class TinyDecoder(nn.Module):
 
     def _check_ids(self, ids):
         require_rank("ids", ids, 2)
-        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise ValueError(f"ids {shape_of(ids)} must hold integer token ids, got {ids.dtype}")
+        if (
+            ids.is_floating_point()
+            or ids.is_complex()
+            or ids.dtype == torch.bool
+        ):
+            raise ValueError(
+                f"ids {shape_of(ids)} must hold integer token ids, "
+                f"got {ids.dtype}"
+            )
         if ids.shape[1] < 1:
-            raise ValueError(f"ids {shape_of(ids)} must be (batch, seq) with seq >= 1")
+            raise ValueError(
+                f"ids {shape_of(ids)} must be (batch, seq) with seq >= 1"
+            )
         if ((ids < 0) | (ids >= self.vocab_size)).any():
-            raise ValueError(f"ids {shape_of(ids)} must lie in [0, vocab_size="
-                             f"{self.vocab_size}), got {ids.min().item()} to {ids.max().item()}")
+            raise ValueError(
+                f"ids {shape_of(ids)} must lie in [0, vocab_size="
+                f"{self.vocab_size}), got {ids.min().item()} to "
+                f"{ids.max().item()}"
+            )
 
     def forward(self, ids, caches=None):
         self._check_ids(ids)
         start = 0
         if caches is not None:
             if len(caches) != len(self.blocks):
-                raise ValueError(f"{len(caches)} caches for {len(self.blocks)} layers")
+                raise ValueError(
+                    f"{len(caches)} caches for {len(self.blocks)} layers"
+                )
             start = caches[0].seen
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
-        x = self.embed(ids)                                # (batch, seq, embed_dim)
-        for block, cache in zip(self.blocks, caches or [None] * len(self.blocks)):
+        x = self.embed(ids)  # (batch, seq, embed_dim)
+        for block, cache in zip(
+            self.blocks, caches or [None] * len(self.blocks)
+        ):
             x = block(x, positions, cache)
-        return self.lm_head(self.norm(x))                  # (batch, seq, vocab_size)
+        return self.lm_head(self.norm(x))  # (batch, seq, vocab_size)
 
     @torch.no_grad()
     def generate(self, ids, max_new_tokens, use_cache=True):
@@ -205,10 +277,10 @@ class TinyDecoder(nn.Module):
         self._check_ids(ids)
         _require_count("max_new_tokens", max_new_tokens, 0)
         caches = self.new_caches() if use_cache else None
-        tokens, new = ids, ids                              # new: what the model reads next
+        tokens, new = ids, ids  # new: what the model reads next
         for _ in range(max_new_tokens):
             logits = self(new, caches) if use_cache else self(tokens)
-            next_token = logits[:, -1].argmax(-1, keepdim=True)   # (batch, 1)
+            next_token = logits[:, -1].argmax(-1, keepdim=True)  # (batch, 1)
             tokens = torch.cat([tokens, next_token], dim=1)
             new = next_token
         return tokens
