@@ -164,9 +164,15 @@ def test_ci_runs_the_readmes_test_command():
 
 
 def test_cells_whose_digits_are_not_compared_still_assert_their_claims(notebook):
-    for cell in code_cells(notebook):
+    cells = code_cells(notebook)
+    for index, cell in enumerate(cells):
         if "nbval-ignore-output" in cell.metadata.get("tags", []):
-            assert "assert " in cell.source, cell.source[:80]
+            # the claims are asserted in the cell, or in the compared cell after it
+            following = cells[index + 1] if index + 1 < len(cells) else cell
+            assert "assert " in cell.source or (
+                "assert " in following.source
+                and "nbval-ignore-output" not in following.metadata.get("tags", [])
+            ), cell.source[:80]
             reasons = ("rounding differences between CPU instruction sets",
                        "times differ from machine to machine")
             assert any(reason in cell.source for reason in reasons), cell.source[:80]

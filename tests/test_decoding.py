@@ -353,3 +353,15 @@ def test_bad_decoder_inputs_raise_naming_the_shapes():
         ValueError, match="num_heads=4 must be divisible by num_kv_heads=3"
     ):
         TinyDecoder(VOCAB, WIDTH, HEADS, 3, LAYERS)
+
+
+def test_a_blocks_attention_weights_follow_the_mask_and_sum_to_one():
+    model = tiny(window=3, sinks=1, seed=8)
+    block, positions = model.blocks[0], torch.arange(9)
+    x = model.embed(token_ids(2, 9))
+    with torch.no_grad():
+        _, weights = block.attend(block.attention_norm(x), positions)
+    allowed = mask_by_loops(positions, positions, 3, 1)
+    assert weights.shape == (2, HEADS, 9, 9)
+    assert torch.all(weights[..., ~allowed] == 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, HEADS, 9).double())

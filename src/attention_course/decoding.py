@@ -28,6 +28,14 @@ def _require_count(name, value, minimum):
         )
 
 
+def _check_window(window, sinks):
+    if window is not None:
+        _require_count("window", window, 1)
+    _require_count("sinks", sinks, 0)
+    if sinks and window is None:
+        raise ValueError("sinks need a window: without one every token is kept")
+
+
 def decoding_mask(query_positions, key_positions, window=None, sinks=0):
     """Bool (L, S), True where the query at query_positions (L,) may attend to
     the key at key_positions (S,): causal (s <= t) and, with a window W, only
@@ -37,7 +45,7 @@ def decoding_mask(query_positions, key_positions, window=None, sinks=0):
     require_rank("key_positions", key_positions, 1)
     if window is not None:
         _require_count("window", window, 1)
-    _require_count("sinks", sinks, 0)
+    _require_count("sinks", sinks, 0)     # a mask may show sinks alone
     t = query_positions[:, None]                             # (L, 1)
     s = key_positions[None, :].to(query_positions.device)    # (1, S)
     allowed = s <= t
@@ -59,13 +67,7 @@ class KVCache:
     """
 
     def __init__(self, window=None, sinks=0):
-        if window is not None:
-            _require_count("window", window, 1)
-        _require_count("sinks", sinks, 0)
-        if sinks and window is None:
-            raise ValueError(
-                "sinks need a window: without one every token is kept"
-            )
+        _check_window(window, sinks)
         self.window, self.sinks = window, sinks
         self.keys = self.values = None
         # positions (held,) of the tokens held
@@ -159,7 +161,8 @@ class DecoderBlock(nn.Module):
         self.down_proj = nn.Linear(hidden_dim, embed_dim, bias=False)
 
     def attend(self, x, positions, cache=None):
-        """RoPE attention of x (batch, L, embed_dim) at positions (L,)."""
+        """RoPE attention of x (batch, L, embed_dim) at positions (L,) ->
+        (output (batch, L, embed_dim), weights (batch, H, L, S))."""
         layer = self.attention
         q = split_heads(layer.q_proj(x), layer.num_heads)  # (batch, H, L, d_h)
         k, v = layer.project_kv(x)  # (batch, H_kv, L, d_h)
@@ -170,11 +173,11 @@ class DecoderBlock(nn.Module):
             k, v = cache.update(k, v)  # (batch, H_kv, S, d_h)
             key_positions = cache.key_positions
         mask = decoding_mask(positions, key_positions, self.window, self.sinks)
-        heads, _ = grouped_attention(q, k, v, attn_mask=mask.to(x.device))
-        return layer.out_proj(merge_heads(heads))
+        heads, weights = grouped_attention(q, k, v, attn_mask=mask.to(x.device))
+        return layer.out_proj(merge_heads(heads)), weights
 
     def forward(self, x, positions, cache=None):
-        x = x + self.attend(self.attention_norm(x), positions, cache)
+        x = x + self.attend(self.attention_norm(x), positions, cache)[0]
         h = self.mlp_norm(x)
         return x + self.down_proj(
             nn.functional.silu(self.gate_proj(h)) * self.up_proj(h)
@@ -207,7 +210,7 @@ class TinyDecoder(nn.Module):
         super().__init__()
         _require_count("vocab_size", vocab_size, 1)
         _require_count("num_layers", num_layers, 1)
-        KVCache(window, sinks)  # validates window and sinks
+        _check_window(window, sinks)
         self.vocab_size, self.window, self.sinks = vocab_size, window, sinks
         hidden_dim = hidden_dim or 4 * embed_dim
         self.embed = nn.Embedding(vocab_size, embed_dim)
