@@ -12,6 +12,7 @@ from . import (
     positions,
     rotary,
     scoring,
+    tiled,
 )
 from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_attention
 from .decoding import KVCache, TinyDecoder, decoding_mask
@@ -21,6 +22,7 @@ from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
 from .plotting import plot_attention, plot_attention_schematic, plot_regression
 from .positions import sinusoidal_positional_encoding
 from .rotary import apply_rotary, rotary_frequencies
+from .tiled import flash_attention
 from .pooling import (
     KernelRegression,
     kernel_scores,
@@ -57,6 +59,7 @@ __all__ = [
     "decoding",
     "decoding_mask",
     "dot_product_scores",
+    "flash_attention",
     "kernel_scores",
     "kv_cache_bytes",
     "leave_one_out_mse",
@@ -84,5 +87,6 @@ __all__ = [
     "soft_nearest_neighbours",
     "split_data",
     "target_function",
+    "tiled",
     "valid_lens_mask",
 ]

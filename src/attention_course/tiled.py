@@ -1,0 +1,235 @@
+"""Tiled attention with the online softmax: FlashAttention's forward pass in
+PyTorch (chapter 12), and a peak-memory measurement in a fresh process."""
+
+import itertools
+import math
+import os
+import subprocess
+import sys
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from ._shapes import shape_of
+from .attention import _check_qkv
+from .masking import HALF_PRECISION
+
+
+def _check_block_size(block_size):
+    if isinstance(block_size, bool) or not isinstance(block_size, int):
+        raise ValueError(f"block_size must be an int, got {block_size!r}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+
+
+def tile_schedule(n_queries, n_keys, block_size, is_causal=False):
+    """The tiles flash_attention computes, in its order, as a generator.
+
+    Yields (query slice, key slice, needs_mask) one tile at a time, so the
+    schedule itself takes no memory. Queries and keys are cut into blocks of
+    block_size (the last may be shorter). With is_causal (top-left, query i sees keys j <= i, as in PyTorch), a tile
+    entirely above the diagonal has no allowed entry and is left out;
+    needs_mask is True for the tiles the diagonal crosses.
+    """
+    _check_block_size(block_size)
+    return _tiles(n_queries, n_keys, block_size, is_causal)
+
+
+def _tiles(n_queries, n_keys, block_size, is_causal):
+    for q_start in range(0, n_queries, block_size):
+        q_end = min(q_start + block_size, n_queries)
+        for k_start in range(0, n_keys, block_size):
+            k_end = min(k_start + block_size, n_keys)
+            if is_causal and k_start > q_end - 1:
+                break                    # this tile and the ones right of it
+            needs_mask = is_causal and k_end - 1 > q_start
+            yield slice(q_start, q_end), slice(k_start, k_end), needs_mask
+
+
+def _causal_tile_mask(query_slice, key_slice, device):
+    """(Bq, Bk) bool, True where query i may see key j (j <= i)."""
+    rows = torch.arange(query_slice.start, query_slice.stop, device=device)
+    cols = torch.arange(key_slice.start, key_slice.stop, device=device)
+    return cols[None, :] <= rows[:, None]
+
+
+def flash_attention(query, key, value, is_causal=False, scale=None,
+                    block_size=128):
+    """softmax(Q K^T * scale) V computed tile by tile with the online softmax.
+
+    query (..., L, E), key (..., S, E), value (..., S, Ev); batch dimensions
+    broadcast. is_causal: top-left causal mask, as in PyTorch. scale: default
+    1 / sqrt(E). Returns (output (..., L, Ev), logsumexp (..., L)): the
+    log-sum-exp of each query's scaled, masked scores, what a backward pass
+    needs to recompute the weights. It never holds an (L, S) matrix: at most
+    one (..., block_size, block_size) tile of scores and of weights at a time.
+    Float16/bfloat16 inputs are computed in float32 and rounded at the end.
+    """
+    _check_qkv(query, key, value)
+    _check_block_size(block_size)
+    if key.shape[-2] == 0:
+        raise ValueError(f"key {shape_of(key)} has no keys (S = 0): every "
+                         "query needs at least one key to attend to")
+    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    dtype = query.dtype
+    if dtype in HALF_PRECISION:
+        query, key, value = query.float(), key.float(), value.float()
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2],
+                                   value.shape[:-2])
+    n_queries, n_keys = query.shape[-2], key.shape[-2]
+    output = value.new_empty(*batch, n_queries, value.shape[-1])
+    logsumexp = value.new_empty(*batch, n_queries)
+    tiles = tile_schedule(n_queries, n_keys, block_size, is_causal)
+    for q_slice, row_tiles in itertools.groupby(tiles, key=lambda t: t[0]):
+        out, lse = _attend_query_block(query[..., q_slice, :] * scale, key,
+                                       value, list(row_tiles), batch)
+        output[..., q_slice, :] = out
+        logsumexp[..., q_slice] = lse
+    return output.to(dtype), logsumexp.to(dtype)
+
+
+def _attend_query_block(q_block, key, value, row_tiles, batch):
+    """One block of (already scaled) queries against its key tiles."""
+    shape = (*batch, q_block.shape[-2])
+    running_max = q_block.new_full(shape, -math.inf)      # m: (..., Bq)
+    running_sum = q_block.new_zeros(shape)                # l: (..., Bq)
+    accumulated = q_block.new_zeros(*shape, value.shape[-1])  # (..., Bq, Ev)
+    for q_slice, k_slice, needs_mask in row_tiles:
+        scores = q_block @ key[..., k_slice, :].transpose(-2, -1)  # (.., Bq, Bk)
+        if needs_mask:
+            allowed = _causal_tile_mask(q_slice, k_slice, scores.device)
+            scores = scores.masked_fill(~allowed, -math.inf)
+        new_max = torch.maximum(running_max, scores.amax(dim=-1))
+        rescale = torch.exp(running_max - new_max)        # 0 on the first tile
+        weights = torch.exp(scores - new_max[..., None])  # (..., Bq, Bk)
+        running_sum = running_sum * rescale + weights.sum(dim=-1)
+        accumulated = (accumulated * rescale[..., None]
+                       + weights @ value[..., k_slice, :])
+        running_max = new_max
+    return (accumulated / running_sum[..., None],
+            running_max + torch.log(running_sum))
+
+
+class _LargestTensor(TorchDispatchMode):
+    """Remembers the largest tensor any PyTorch operation returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.numel, self.shape, self.operation = 0, None, None
+
+    def __torch_dispatch__(self, operation, types, args=(), kwargs=None):
+        result = operation(*args, **(kwargs or {}))
+        for tensor in tree_flatten(result)[0]:
+            if isinstance(tensor, torch.Tensor) and tensor.numel() > self.numel:
+                self.numel, self.shape = tensor.numel(), tuple(tensor.shape)
+                self.operation = str(operation).removesuffix(".default")
+        return result
+
+
+def largest_tensor(function, *args, **kwargs):
+    """The largest tensor that any PyTorch operation creates in a call.
+
+    Runs function(*args, **kwargs) and returns (its result, (numel, shape,
+    operation)): the number of elements and shape of the largest tensor an
+    operation returned, output included, and the operation's name. PyTorch
+    reports every operation to a dispatch mode, fused kernels included.
+    """
+    with _LargestTensor() as largest:
+        result = function(*args, **kwargs)
+    return result, (largest.numel, largest.shape, largest.operation)
+
+
+def _resident_bytes(peak=False):
+    """This process's resident memory (Linux): now, or its peak."""
+    field = "VmHWM" if peak else "VmRSS"
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith(field))
+    return int(line.split()[1]) * 1024
+
+
+def _reset_peak_resident_bytes():
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")       # Linux: the peak (VmHWM) restarts from now
+
+
+def naive_attention(query, key, value, is_causal=False):
+    """softmax(Q K^T / sqrt(E)) V as three plain lines: holds (..., L, S)."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if is_causal:
+        n_queries, n_keys = scores.shape[-2:]
+        blocked = torch.ones(n_queries, n_keys, dtype=torch.bool,
+                             device=scores.device).triu_(1)
+        scores = scores.masked_fill(blocked, -math.inf)
+    return torch.softmax(scores, dim=-1) @ value
+
+
+IMPLEMENTATIONS = ("naive", "tiled", "sdpa")
+
+_MEASURE = """
+import sys, torch
+from attention_course import tiled
+name, head_dim = sys.argv[1], int(sys.argv[2])
+cases = [tuple(map(int, case.split(":"))) for case in sys.argv[3:]]
+torch.set_num_threads(1)
+generator = torch.Generator().manual_seed(0)
+
+
+def run(q, k, v, block_size):
+    if name == "naive":
+        return tiled.naive_attention(q, k, v)
+    if name == "tiled":
+        return tiled.flash_attention(q, k, v, block_size=block_size)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+with torch.no_grad():
+    run(*torch.randn(3, 1, 1, cases[0][0], head_dim), cases[0][1])  # warm up
+    for length, block_size in cases:
+        q, k, v = torch.randn(3, 1, 1, length, head_dim, generator=generator)
+        before = tiled._resident_bytes()
+        tiled._reset_peak_resident_bytes()
+        output = run(q, k, v, block_size)
+        print(tiled._resident_bytes(peak=True) - before)
+        del q, k, v, output
+"""
+
+
+def peak_extra_memory(implementation, lengths, head_dim=64, block_size=128):
+    """Peak extra resident bytes of attention calls, measured in a new process.
+
+    implementation: "naive" (naive_attention), "tiled" (flash_attention) or
+    "sdpa" (torch.nn.functional.scaled_dot_product_attention). lengths: the
+    sequence lengths L, one call each on float32 (1, 1, L, head_dim) inputs,
+    one thread, after a warm-up call. block_size: the tiled version's, one
+    for all lengths or a list with one per length. Returns a list of ints,
+    one per length: the peak resident memory during the call (Linux's VmHWM)
+    minus the memory before it, so the output and everything the call
+    allocates, PyTorch's tensors included (the tracemalloc tracer cannot see
+    those). The process's C allocator gives every block of 64 KiB or more
+    back to the system when it is freed, so no freed tensor is reused unseen.
+    """
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, "
+                         f"got {implementation!r}")
+    lengths = [int(length) for length in lengths]
+    block_sizes = (list(block_size) if isinstance(block_size, (list, tuple))
+                   else [block_size] * len(lengths))
+    if len(block_sizes) != len(lengths):
+        raise ValueError(f"{len(block_sizes)} block sizes for {len(lengths)} "
+                         "lengths: give one block size, or one per length")
+    for name, number in (*(("length", n) for n in lengths),
+                         ("head_dim", head_dim)):
+        if number < 1:
+            raise ValueError(f"{name} must be at least 1, got {number}")
+    for size in block_sizes:
+        _check_block_size(size)
+    environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536",
+                   "OMP_NUM_THREADS": "1"}
+    cases = [f"{length}:{size}" for length, size in zip(lengths, block_sizes)]
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURE, implementation, str(head_dim),
+         *cases], capture_output=True, text=True, env=environment)
+    if result.returncode != 0:
+        raise RuntimeError(f"the measurement failed:\n{result.stderr}")
+    return [int(line) for line in result.stdout.split()]
