@@ -8,6 +8,9 @@
    measured in a fresh process (its peak resident memory minus that before the call).
 3. bfloat16 and float16 accuracy: largest error against a float64 reference, the package's and
    PyTorch's scaled_dot_product_attention on the same inputs.
+4. Tiled attention (`flash_attention`, blocks of 128) at L = 4096 and 8192, one head of size 64,
+   float32, one thread: its time (median of 3) and peak extra memory relative to the naive three lines and to
+   PyTorch's fused kernel (memory measured in fresh processes by `peak_extra_memory`).
 """
 
 import math
@@ -18,7 +21,9 @@ import time
 
 import torch
 
-from attention_course import causal_mask, masked_softmax, scaled_dot_product_attention
+from attention_course import (causal_mask, flash_attention, masked_softmax,
+                              scaled_dot_product_attention)
+from attention_course.tiled import naive_attention, peak_extra_memory
 
 SHAPE = dict(batch=2, heads=8, length=1024, head_dim=64)
 
@@ -77,29 +82,20 @@ def median_seconds(function, arguments, repeats=7):
     return statistics.median(times)
 
 
-def resident_bytes(peak=False, reset_peak=False):
-    """This process's resident memory (Linux): now, or its peak since the last reset."""
-    if reset_peak:
-        with open("/proc/self/clear_refs", "w") as clear:
-            clear.write("5")                       # resets the peak (VmHWM) to the current size
-    field = "VmHWM" if peak else "VmRSS"
-    with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith(field))
-    return int(line.split()[1]) * 1024
-
-
 def peak_in_fresh_process(case):
     """Run one case in a new Python; return its extra peak memory in full-size tensors."""
     code = f"""
 import torch, sys
 sys.path.insert(0, {str(__file__.rsplit('/', 1)[0])!r})
 import bench_attention as b
+from attention_course import tiled
 q, k, v = b.inputs(**b.SHAPE)
 with torch.no_grad():
     b.CASES[{case!r}](q[:, :, :8], k, v)          # warm up allocators on a small call
-    before = b.resident_bytes(reset_peak=True)
+    before = tiled.resident_bytes()
+    tiled.reset_peak_resident_bytes()
     b.CASES[{case!r}](q, k, v)
-    print(b.resident_bytes(peak=True) - before)
+    print(tiled.resident_bytes(peak=True) - before)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
@@ -123,6 +119,27 @@ def half_precision_errors(length=4096, head_dim=64):
     return rows
 
 
+TILED = {"naive": naive_attention, "tiled": flash_attention,
+         "sdpa": torch.nn.functional.scaled_dot_product_attention}
+
+
+def tiled_against_others(lengths=(4096, 8192)):
+    """{(implementation, L): (best-of-3 seconds, peak extra bytes)}."""
+    memory = {name: dict(zip(lengths, peak_extra_memory(name, lengths)))
+              for name in TILED}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows = {}
+    with torch.no_grad():
+        for length in lengths:
+            q, k, v = inputs(1, 1, length, 64)
+            for name, function in TILED.items():
+                seconds = median_seconds(function, (q, k, v), repeats=3)
+                rows[name, length] = seconds, memory[name][length]
+    torch.set_num_threads(threads)
+    return rows
+
+
 def main():
     torch.manual_seed(0)
     q, k, v = inputs(**SHAPE)
@@ -142,6 +159,15 @@ def main():
     print(f"{'dtype':<10}{'causal':>8}{'package':>12}{'PyTorch':>12}")
     for dtype, causal, ours, theirs in half_precision_errors():
         print(f"{dtype:<10}{str(causal):>8}{ours:>12.2e}{theirs:>12.2e}")
+    rows = tiled_against_others()
+    print("\ntiled attention (blocks of 128), one head, d = 64, float32, one thread")
+    for length in sorted({length for _, length in rows}):
+        seconds, memory = rows["tiled", length]
+        print(f"L = {length}: {1000 * seconds:.0f} ms, {memory / 2**20:.1f} MiB extra; "
+              + "; ".join(
+                  f"vs {name}: time x{seconds / rows[name, length][0]:.2f}, "
+                  f"memory x{memory / rows[name, length][1]:.3f}"
+                  for name in ("naive", "sdpa")))
 
 
 if __name__ == "__main__":

@@ -174,7 +174,8 @@ def test_cells_whose_digits_are_not_compared_still_assert_their_claims(notebook)
                 and "nbval-ignore-output" not in following.metadata.get("tags", [])
             ), cell.source[:80]
             reasons = ("rounding differences between CPU instruction sets",
-                       "times differ from machine to machine")
+                       "times differ from machine to machine",
+                       "memory differs slightly from machine to machine")
             assert any(reason in cell.source for reason in reasons), cell.source[:80]
 
 

@@ -16,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import exercises  # noqa: E402
 import graders  # noqa: E402
+from chapter_pool import for_each_chapter, result_for  # noqa: E402
 from solution_text import hidden_test_lines, solution_fragments  # noqa: E402
 
 CHAPTERS = graders.CHAPTERS
@@ -166,16 +167,17 @@ def otter(tmp_path_factory):
     """Every chapter through `otter assign` (which also runs the tests on the solutions)."""
     root = tmp_path_factory.mktemp("otter")
     graders.write_otter(CHAPTERS, root)
-    for chapter in CHAPTERS:
-        folder = root / chapter.stem
-        run(["otter", "assign", chapter.name, "dist"], folder)
-    return root
+    assigned = for_each_chapter(lambda chapter: run(
+        ["otter", "assign", chapter.name, "dist"], root / chapter.stem), CHAPTERS)
+    return root, assigned
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
 def test_otter_assign_gives_a_student_notebook_without_solutions(chapter, otter):
+    root, assigned = otter
+    result_for(assigned, chapter)
     instructor = nbformat.read(chapter, as_version=4)
-    dist = otter / chapter.stem / "dist"
+    dist = root / chapter.stem / "dist"
     student = (dist / "student" / chapter.name).read_text()
     assert_no_solution(student, instructor)
     for exercise in exercises.exercises(instructor):
@@ -197,7 +199,7 @@ def otter_score(zip_path, notebook, folder):
 
 def test_otter_run_gives_full_zero_and_partial_points(otter, tmp_path):
     chapter = CHAPTERS[0]
-    dist = otter / chapter.stem / "dist"
+    dist = otter[0] / chapter.stem / "dist"
     zip_path = next((dist / "autograder").glob("*.zip"))
     solved = nbformat.read(dist / "autograder" / chapter.name, as_version=4)
     untouched = nbformat.read(dist / "student" / chapter.name, as_version=4)

@@ -843,11 +843,15 @@ def _score_rows(seed):
     masked = _random((2, 9), seed, 142)
     masked[0, :3] = -float("inf")
     cases.append(("the first block of row 0 fully masked (-inf)", masked, 3))
+    between = _random((2, 9), seed, 143)
+    between[1, 3:6] = -float("inf")
+    cases.append(("row 1's middle block fully masked, between finite ones",
+                  between, 3))
     if seed:
-        sizes = _integers(seed, 3, 1, 6, 143)
-        cases = [(f"random case {n}, blocks of {b}",
-                  _random((2, 3 * b + n), seed, 144 + n) * 10, b)
-                 for n, b in enumerate(sizes)]
+        sizes = _integers(seed, 3, 1, 6, 144)
+        cases += [(f"random case {n}, blocks of {b}",
+                   _random((2, 3 * b + n), seed, 145 + n) * 10, b)
+                  for n, b in enumerate(sizes)]
     return cases
 
 

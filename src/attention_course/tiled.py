@@ -64,9 +64,15 @@ def flash_attention(query, key, value, is_causal=False, scale=None,
     log-sum-exp of each query's scaled, masked scores, what a backward pass
     needs to recompute the weights. It never holds an (L, S) matrix: at most
     one (..., block_size, block_size) tile of scores and of weights at a time.
-    Float16/bfloat16 inputs are computed in float32 and rounded at the end.
+    Float16/bfloat16 inputs are computed in float32; the output is rounded
+    to their dtype at the end, the log-sum-exp stays float32 (as in
+    FlashAttention: rounded, it would spoil the recomputed weights).
     """
     _check_qkv(query, key, value)
+    if not query.dtype == key.dtype == value.dtype:
+        raise ValueError(f"query {shape_of(query)} {query.dtype}, key "
+                         f"{shape_of(key)} {key.dtype} and value "
+                         f"{shape_of(value)} {value.dtype} must share a dtype")
     _check_block_size(block_size)
     if key.shape[-2] == 0:
         raise ValueError(f"key {shape_of(key)} has no keys (S = 0): every "
@@ -86,7 +92,7 @@ def flash_attention(query, key, value, is_causal=False, scale=None,
                                        value, list(row_tiles), batch)
         output[..., q_slice, :] = out
         logsumexp[..., q_slice] = lse
-    return output.to(dtype), logsumexp.to(dtype)
+    return output.to(dtype), logsumexp
 
 
 def _attend_query_block(q_block, key, value, row_tiles, batch):
@@ -140,7 +146,7 @@ def largest_tensor(function, *args, **kwargs):
     return result, (largest.numel, largest.shape, largest.operation)
 
 
-def _resident_bytes(peak=False):
+def resident_bytes(peak=False):
     """This process's resident memory (Linux): now, or its peak."""
     field = "VmHWM" if peak else "VmRSS"
     with open("/proc/self/status") as status:
@@ -148,7 +154,8 @@ def _resident_bytes(peak=False):
     return int(line.split()[1]) * 1024
 
 
-def _reset_peak_resident_bytes():
+def reset_peak_resident_bytes():
+    """Restart this process's peak resident memory from now (Linux)."""
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")       # Linux: the peak (VmHWM) restarts from now
 
@@ -187,10 +194,10 @@ with torch.no_grad():
     run(*torch.randn(3, 1, 1, cases[0][0], head_dim), cases[0][1])  # warm up
     for length, block_size in cases:
         q, k, v = torch.randn(3, 1, 1, length, head_dim, generator=generator)
-        before = tiled._resident_bytes()
-        tiled._reset_peak_resident_bytes()
+        before = tiled.resident_bytes()
+        tiled.reset_peak_resident_bytes()
         output = run(q, k, v, block_size)
-        print(tiled._resident_bytes(peak=True) - before)
+        print(tiled.resident_bytes(peak=True) - before)
         del q, k, v, output
 """
 
@@ -207,7 +214,10 @@ def peak_extra_memory(implementation, lengths, head_dim=64, block_size=128):
     minus the memory before it, so the output and everything the call
     allocates, PyTorch's tensors included (the tracemalloc tracer cannot see
     those). The process's C allocator gives every block of 64 KiB or more
-    back to the system when it is freed, so no freed tensor is reused unseen.
+    back to the system when it is freed, so a large freed tensor cannot be
+    reused unseen; smaller blocks may come from memory freed earlier and go
+    uncounted (a few tiles under 64 KiB, for small block sizes). A result
+    wobbles by a few hundred KiB from run to run.
     """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, "
