@@ -17,6 +17,7 @@ from attention_course import (
     apply_rotary,
     attention_entropy,
     causal_mask,
+    flash_attention,
     masked_softmax,
     nadaraya_watson,
     plot_attention,
@@ -50,6 +51,21 @@ def test_sdpa_on_cuda_agrees_with_pytorch_and_the_cpu(dtype, causal):
     ours, weights = scaled_dot_product_attention(*gpu, is_causal=causal)
     theirs = F.scaled_dot_product_attention(*gpu, is_causal=causal)
     assert on_gpu(ours, weights) and ours.dtype == dtype
+    ours_error = (ours.double().cpu() - reference).abs().max().item()
+    theirs_error = (theirs.double().cpu() - reference).abs().max().item()
+    assert ours_error <= 1.5 * theirs_error + torch.finfo(dtype).eps
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_on_cuda_agrees_with_pytorch(dtype, causal):
+    q, k, v = (normal(2, 4, 300, 64, seed=s) for s in range(3))
+    reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                               is_causal=causal)
+    gpu = [t.to(CUDA, dtype) for t in (q, k, v)]
+    ours, logsumexp = flash_attention(*gpu, is_causal=causal, block_size=64)
+    theirs = F.scaled_dot_product_attention(*gpu, is_causal=causal)
+    assert on_gpu(ours, logsumexp) and ours.dtype == dtype
     ours_error = (ours.double().cpu() - reference).abs().max().item()
     theirs_error = (theirs.double().cpu() - reference).abs().max().item()
     assert ours_error <= 1.5 * theirs_error + torch.finfo(dtype).eps

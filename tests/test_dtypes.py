@@ -17,6 +17,7 @@ from attention_course import (
     apply_rotary,
     attention_entropy,
     causal_mask,
+    flash_attention,
     kernel_scores,
     masked_softmax,
     nadaraya_watson,
@@ -70,6 +71,19 @@ def test_sdpa_keeps_dtype_and_matches_pytorchs_accuracy(dtype, mask):
     ours, weights = scaled_dot_product_attention(*low, **options)
     assert ours.dtype == weights.dtype == dtype
     no_worse_than_pytorch(ours, F.scaled_dot_product_attention(*low, **options), reference, dtype)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_flash_attention_keeps_dtype_and_matches_pytorchs_accuracy(dtype, causal):
+    q, k, v = (normal(2, 3, 150, 32, seed=s) for s in range(3))
+    reference = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    low = [t.to(dtype) for t in (q, k, v)]
+    ours, logsumexp = flash_attention(*low, is_causal=causal, block_size=64)
+    theirs = F.scaled_dot_product_attention(*low, is_causal=causal)
+    assert ours.dtype == dtype
+    assert logsumexp.dtype == (torch.float32 if dtype in HALF else dtype)
+    no_worse_than_pytorch(ours, theirs, reference, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -200,4 +214,6 @@ def test_nothing_is_created_on_the_cpu_behind_the_callers_back():
     x = torch.empty(1, 5, 8, device="meta")
     assert all(t.device.type == "meta" for t in layer(x, x, x))
     assert apply_rotary(q).device.type == "meta"
+    assert all(t.device.type == "meta"
+               for t in flash_attention(q, k, v, is_causal=True, block_size=2))
     assert apply_rotary(q, torch.arange(5, device="meta")).device.type == "meta"

@@ -187,7 +187,9 @@ def test_no_tensor_as_large_as_the_score_matrix():
         flash_attention, query, key, value, block_size=64
     )
     assert numel == 2 * 512 * 32, shape  # the output itself
-    _, (numel, shape, operation) = largest_tensor(naive_attention, query, key, value)
+    _, (numel, shape, operation) = largest_tensor(
+        naive_attention, query, key, value
+    )
     assert numel == 2 * 512 * 600 and "bmm" in operation
 
 

@@ -28,9 +28,10 @@ def tile_schedule(n_queries, n_keys, block_size, is_causal=False):
 
     Yields (query slice, key slice, needs_mask) one tile at a time, so the
     schedule itself takes no memory. Queries and keys are cut into blocks of
-    block_size (the last may be shorter). With is_causal (top-left, query i sees keys j <= i, as in PyTorch), a tile
-    entirely above the diagonal has no allowed entry and is left out;
-    needs_mask is True for the tiles the diagonal crosses.
+    block_size (the last may be shorter). With is_causal (top-left, query i
+    sees keys j <= i, as in PyTorch), a tile entirely above the diagonal has
+    no allowed entry and is left out; needs_mask is True for the tiles the
+    diagonal crosses.
     """
     _check_block_size(block_size)
     return _tiles(n_queries, n_keys, block_size, is_causal)
@@ -102,7 +103,8 @@ def _attend_query_block(q_block, key, value, row_tiles, batch):
     running_sum = q_block.new_zeros(shape)                # l: (..., Bq)
     accumulated = q_block.new_zeros(*shape, value.shape[-1])  # (..., Bq, Ev)
     for q_slice, k_slice, needs_mask in row_tiles:
-        scores = q_block @ key[..., k_slice, :].transpose(-2, -1)  # (.., Bq, Bk)
+        k_block = key[..., k_slice, :]
+        scores = q_block @ k_block.transpose(-2, -1)       # (..., Bq, Bk)
         if needs_mask:
             allowed = _causal_tile_mask(q_slice, k_slice, scores.device)
             scores = scores.masked_fill(~allowed, -math.inf)
