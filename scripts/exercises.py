@@ -21,6 +21,7 @@ From this, `student_cells`, `nbgrader_cells` and `otter_cells` build the three e
 """
 
 import ast
+import builtins
 import dataclasses
 import re
 
@@ -213,7 +214,7 @@ def _free_names(source):
                 and isinstance(n.ctx, ast.Store)}
     names = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
              and isinstance(n.ctx, ast.Load) and n.id not in assigned]
-    return [n for n in dict.fromkeys(names) if n not in dir(__builtins__)]
+    return [n for n in dict.fromkeys(names) if n not in dir(builtins)]
 
 
 def otter_test(source, name, points, hidden):

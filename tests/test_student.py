@@ -104,3 +104,10 @@ def test_stub_keeps_the_indentation_and_signature():
     assert exercises.stub_solutions(source) == (
         "def f(x):\n    \"\"\"doc\"\"\"\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
         "\nprint(f)")
+
+
+def test_otter_tests_take_the_names_they_read_and_no_builtins():
+    """A name that is also a dict method (update, copy) is the notebook's;
+    print and len are Python's own, never looked up in the notebook."""
+    source = "print(len(update(x)), copy)\ny = 1\nf(y)"
+    assert set(exercises._free_names(source)) == {"update", "x", "copy", "f"}
