@@ -41,31 +41,25 @@ def on_gpu(*tensors):
     return all(t.device.type == "cuda" for t in tensors)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("causal", [False, True])
-def test_sdpa_on_cuda_agrees_with_pytorch_and_the_cpu(dtype, causal):
-    q, k, v = (normal(2, 4, 128, 64, seed=s) for s in range(3))
-    reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double(),
-                                               is_causal=causal)
-    gpu = [t.to(CUDA, dtype) for t in (q, k, v)]
-    ours, weights = scaled_dot_product_attention(*gpu, is_causal=causal)
-    theirs = F.scaled_dot_product_attention(*gpu, is_causal=causal)
-    assert on_gpu(ours, weights) and ours.dtype == dtype
-    ours_error = (ours.double().cpu() - reference).abs().max().item()
-    theirs_error = (theirs.double().cpu() - reference).abs().max().item()
-    assert ours_error <= 1.5 * theirs_error + torch.finfo(dtype).eps
+# the package's two attention functions: (output, weights or log-sum-exp)
+ATTENTIONS = {
+    "scaled_dot_product_attention": scaled_dot_product_attention,
+    "flash_attention": lambda *qkv, is_causal: flash_attention(
+        *qkv, is_causal=is_causal, block_size=64),
+}
 
 
+@pytest.mark.parametrize("attention", ATTENTIONS.values(), ids=ATTENTIONS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("causal", [False, True])
-def test_flash_attention_on_cuda_agrees_with_pytorch(dtype, causal):
+def test_attention_on_cuda_agrees_with_pytorch_and_the_cpu(attention, dtype, causal):
     q, k, v = (normal(2, 4, 300, 64, seed=s) for s in range(3))
     reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double(),
                                                is_causal=causal)
     gpu = [t.to(CUDA, dtype) for t in (q, k, v)]
-    ours, logsumexp = flash_attention(*gpu, is_causal=causal, block_size=64)
+    ours, extra = attention(*gpu, is_causal=causal)
     theirs = F.scaled_dot_product_attention(*gpu, is_causal=causal)
-    assert on_gpu(ours, logsumexp) and ours.dtype == dtype
+    assert on_gpu(ours, extra) and ours.dtype == dtype
     ours_error = (ours.double().cpu() - reference).abs().max().item()
     theirs_error = (theirs.double().cpu() - reference).abs().max().item()
     assert ours_error <= 1.5 * theirs_error + torch.finfo(dtype).eps
