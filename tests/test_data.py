@@ -148,3 +148,17 @@ def test_zen_of_python_is_the_standard_librarys(capsys):
     assert load_zen_of_python() == codecs.decode(this.s, "rot13")
     digest = hashlib.sha256((data_dir() / "zen_of_python.txt").read_bytes()).hexdigest()
     assert digest in (data_dir() / "README.md").read_text()
+
+
+def test_minilm_reference_is_checksum_verified(tmp_path):
+    from attention_course.data import load_minilm_reference
+
+    sentences, embeddings = load_minilm_reference()
+    assert len(sentences) == 3 and embeddings.shape == (3, 384)
+    torch.testing.assert_close(embeddings.norm(dim=-1), torch.ones(3), atol=1e-6, rtol=0)
+    digest = hashlib.sha256((data_dir() / "minilm_reference.json").read_bytes()).hexdigest()
+    assert digest in (data_dir() / "README.md").read_text()
+    changed = tmp_path / "minilm_reference.json"
+    changed.write_text((data_dir() / "minilm_reference.json").read_text().replace("0.1", "0.2", 1))
+    with pytest.raises(ValueError, match="was changed"):
+        load_minilm_reference(changed)

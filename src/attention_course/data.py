@@ -2,6 +2,7 @@
 
 import csv
 import hashlib
+import json
 import os
 import pathlib
 from typing import NamedTuple
@@ -12,6 +13,7 @@ from ._shapes import require_positive
 
 MCYCLE_SHA256 = "93d06e3d834a5c21056b40f16fcd03c4384acff5020e273453d5cd62d730f0c8"
 ZEN_SHA256 = "e250f274f33b9b621a04264025d50e5fb9b1f989f444d13bb373882e734e996f"
+MINILM_REFERENCE_SHA256 = "20a5ebb4eeb5df73ab8a467cc7888ac714ac3b9f15dfa29ed258406bb72896c7"
 
 
 def data_dir():
@@ -49,6 +51,15 @@ def load_mcycle(path=None):
     times = torch.tensor([float(row["times"]) for row in rows])
     accel = torch.tensor([float(row["accel"]) for row in rows])
     return times, accel
+
+
+def load_minilm_reference(path=None):
+    """Sentence-transformers' own all-MiniLM-L6-v2 embeddings of three
+    sentences (chapter 13's reference): returns (sentences, a float32 tensor
+    (3, 384)). Checksum-verified; scripts/minilm_reference.py wrote it."""
+    path = pathlib.Path(path) if path else data_dir() / "minilm_reference.json"
+    record = json.loads(_verified_bytes(path, MINILM_REFERENCE_SHA256))
+    return record["sentences"], torch.tensor(record["embeddings"])
 
 
 def load_zen_of_python(path=None):

