@@ -92,12 +92,14 @@ def write_nbgrader(paths, out):
         print(f"nbgrader source: {folder / path.name}")
 
 
-def otter_config(stem, colab=False):
+def otter_config(stem, colab=False, extras=()):
     """Otter Assign's ASSIGNMENT CONFIG for one chapter (YAML). For Colab, Otter needs the tests
-    as files (students upload the tests/ folder beside the notebook) and has no export cell."""
+    as files (students upload the tests/ folder beside the notebook) and has no export cell.
+    `extras`: the package's optional dependency groups the chapter needs (pyproject.toml)."""
+    package = "attention-course" + (f"[{','.join(extras)}]" if extras else "")
     config = {
         "name": stem,
-        "requirements": ["torch", f"attention-course @ git+{repository_url()}"],
+        "requirements": ["torch", f"{package} @ git+{repository_url()}"],
         "init_cell": True,
         "check_all_cell": True,
         "export_cell": {"pdf": False, "instructions": "Submit the zip file this cell writes."},
@@ -109,11 +111,17 @@ def otter_config(stem, colab=False):
     return yaml.safe_dump(config, sort_keys=False)
 
 
+def extras_needed(notebook):
+    """The optional dependency groups a chapter imports: "pretrained" (chapter 13's model)."""
+    code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
+    return ["pretrained"] if "attention_course.pretrained" in code else []
+
+
 def write_otter(paths, out, colab=False):
     """One Otter Assign master notebook per chapter."""
     for path in paths:
         source = nbformat.read(path, as_version=4)
-        config = otter_config(path.stem, colab)
+        config = otter_config(path.stem, colab, extras_needed(source))
         notebook = _notebook_like(source, exercises.otter_cells(source, config))
         folder = out / path.stem
         folder.mkdir(parents=True, exist_ok=True)

