@@ -36,10 +36,18 @@ def sentence_transformer():
 
 @pytest.fixture(scope="module")
 def bert():
+    """transformers' BertModel (eager attention) in a dtype, loaded once per dtype."""
     from transformers import BertModel
 
-    return BertModel.from_pretrained(str(pretrained.model_folder()),
-                                     attn_implementation="eager").eval()
+    models = {}
+
+    def in_dtype(dtype=torch.float32):
+        if dtype not in models:
+            models[dtype] = BertModel.from_pretrained(
+                str(pretrained.model_folder()), attn_implementation="eager",
+                dtype=dtype).eval()
+        return models[dtype]
+    return in_dtype
 
 
 def valid_rows(batch):
@@ -71,7 +79,7 @@ def test_tokens_equal_the_reference_tokenizer(sentences, course, sentence_transf
 def test_hidden_states_and_every_heads_weights_equal_transformers(sentences, dtype, atol,
                                                                   course, bert):
     encoder = pretrained.SentenceEncoder.from_safetensors(dtype=dtype)
-    reference = bert.to(dtype)
+    reference = bert(dtype)
     batch = pretrained.tokenize(course[1], sentences)
     with torch.no_grad():
         hidden, weights = encoder(batch.ids, batch.valid_lens)
@@ -128,7 +136,7 @@ def test_attention_layers_are_the_course_multihead_attention(course):
 @pytest.mark.parametrize("heads", [[(0, 2)], [(5, 11), (5, 0)], [(3, h) for h in range(12)]])
 def test_ablating_heads_equals_zeroing_their_output_in_transformers(heads, course, bert):
     encoder, tokenizer = course
-    reference = bert.to(torch.float32)
+    reference = bert()
     batch = pretrained.tokenize(tokenizer, BATCHES[0])
     mask = valid_rows(batch).long()
     handles = []
