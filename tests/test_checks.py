@@ -595,24 +595,19 @@ def test_ablation_check_explains_the_usual_mistakes():
     with pytest.raises(CheckFailed, match="changed the original"):
         checks.check_ablate_head(in_place)
 
-    def values_weights_only(attention, head):
-        ablated = copy.deepcopy(attention)
-        rows = slice(head * ablated.head_dim, (head + 1) * ablated.head_dim)
-        with torch.no_grad():
-            ablated.v_proj.weight[rows] = 0
-        return ablated
+    def zeroing_rows(projection):
+        """A wrong ablation: zero the head's rows of one projection's weight."""
+        def ablate(attention, head):
+            ablated = copy.deepcopy(attention)
+            rows = slice(head * ablated.head_dim, (head + 1) * ablated.head_dim)
+            with torch.no_grad():
+                getattr(ablated, projection).weight[rows] = 0
+            return ablated
+        return ablate
 
-    with pytest.raises(CheckFailed, match="value bias"):
-        checks.check_ablate_head(values_weights_only)
-
-    def query_rows(attention, head):  # uniform weights, not a silent head
-        ablated = copy.deepcopy(attention)
-        rows = slice(head * ablated.head_dim, (head + 1) * ablated.head_dim)
-        with torch.no_grad():
-            ablated.q_proj.weight[rows] = 0
-        return ablated
-
+    with pytest.raises(CheckFailed, match="value bias"):  # b_v still flows out
+        checks.check_ablate_head(zeroing_rows("v_proj"))
     with pytest.raises(CheckFailed, match="ablated layer's output at index"):
-        checks.check_ablate_head(query_rows)
+        checks.check_ablate_head(zeroing_rows("q_proj"))  # query-independent weights
     with pytest.raises(CheckFailed, match="return the ablated copy"):
         checks.check_ablate_head(lambda attention, head: attention.out_proj.weight * 0)

