@@ -5,16 +5,17 @@ BIN    := $(VENV)/bin
 READY  := $(VENV)/.requirements-installed
 PORT   ?= 8000
 
-.PHONY: help book test student nbgrader otter serve execute bench clean
+.PHONY: help book test notebooks student nbgrader otter serve execute bench clean
 
 help:
 	@echo "make book     build the website into _build/html (warnings are errors)"
 	@echo "make test     everything CI checks: package, notebooks, book, Colab, browser, student"
+	@echo "make notebooks the learner edition in notebooks/ (what Colab opens): no solutions"
 	@echo "make student  the student edition: _build/student/{notebooks,_build/html}"
 	@echo "make nbgrader nbgrader course folder _build/nbgrader (CH=01 for one chapter)"
 	@echo "make otter    Otter-Grader master notebooks in _build/otter (CH=01, COLAB=1 for Colab)"
 	@echo "make serve    preview _build/html on http://127.0.0.1:$(PORT)"
-	@echo "make execute  re-run notebooks and store their outputs (NB=chapters/01_... for one)"
+	@echo "make execute  re-run notebooks, store their outputs, rewrite the learner edition"
 	@echo "make bench    time each notebook; the masked/causal attention paths and half precision"
 
 $(READY): requirements.txt pyproject.toml
@@ -28,7 +29,10 @@ book: $(READY)
 test: $(READY)
 	$(BIN)/python -m pytest tests chapters templates --nbval -p no:cacheprovider -rs
 
-student: $(READY)
+notebooks: $(READY)
+	$(BIN)/python scripts/learner.py
+
+student: notebooks
 	$(BIN)/python scripts/student.py
 
 nbgrader: $(READY)
@@ -42,6 +46,7 @@ serve: book
 
 execute: $(READY)
 	$(BIN)/python scripts/notebooks.py execute $(NB)
+	$(BIN)/python scripts/learner.py
 
 bench: $(READY)
 	$(BIN)/python scripts/notebooks.py bench $(NB)

@@ -119,6 +119,15 @@ def stub_solutions(source, stub="raise NotImplementedError()"):
     return SOLUTION_BLOCK.sub(lambda m: f"{m[1]}# YOUR CODE HERE\n{m[1]}{stub}", source)
 
 
+CHECK_CALL = re.compile(r"^(checks\.check_\w+\(.*)\)[ \t]*$", re.M)
+
+
+def strict(source):
+    """The graders' form of check calls: a stub fails (strict=True) instead of printing
+    "Not yet answered", so an untouched answer earns no points."""
+    return CHECK_CALL.sub(r"\1, strict=True)", source)
+
+
 def _copy(cell, **changes):
     new = nbformat.from_dict(dict(cell))
     new.metadata = dict(cell.metadata)
@@ -167,7 +176,7 @@ def _nbgrader(cell, grade_id, *, solution=False, grade=False, locked=False, poin
 
 
 def hidden_tests_cell(exercise):
-    code = exercise.record["hidden_tests"]
+    code = strict(exercise.record["hidden_tests"])
     return nbformat.v4.new_code_cell(f"### BEGIN HIDDEN TESTS\n{code}\n### END HIDDEN TESTS")
 
 
@@ -186,8 +195,8 @@ def nbgrader_cells(notebook):
             cells.append(_nbgrader(_copy(answer), f"{label}-answer-{n}", solution=True))
         for n, check in enumerate(item.checks):
             points = record["points"] / len(item.checks)
-            cells.append(_nbgrader(_copy(check), f"{label}-tests-{n}", grade=True, locked=True,
-                                   points=points))
+            cells.append(_nbgrader(_copy(check, source=strict(check.source)),
+                                   f"{label}-tests-{n}", grade=True, locked=True, points=points))
         if record.get("hidden_tests"):
             cells.append(_nbgrader(hidden_tests_cell(item), f"{label}-hidden-tests", grade=True,
                                    locked=True, points=record["hidden_points"]))
@@ -247,10 +256,10 @@ def otter_cells(notebook, config):
             cells += [_copy(c) for c in item.answers]
             cells += [_raw(END), _raw("# BEGIN TESTS")]
             points = record["points"] / len(item.checks)
-            cells += [otter_test(c.source, f"test_{item.name}_{n}", points, hidden=False)
+            cells += [otter_test(strict(c.source), f"test_{item.name}_{n}", points, hidden=False)
                       for n, c in enumerate(item.checks)]
             if record.get("hidden_tests"):
-                cells.append(otter_test(record["hidden_tests"], f"test_{item.name}_hidden",
+                cells.append(otter_test(strict(record["hidden_tests"]), f"test_{item.name}_hidden",
                                         record["hidden_points"], hidden=True))
             cells += [_raw("# END TESTS"), _raw("# END QUESTION")]
         if item.written_points:

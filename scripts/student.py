@@ -1,12 +1,13 @@
-"""Make the student edition: notebooks whose solutions are stubs, and a website without solutions.
+"""Make the student edition: the website without solutions, and the notebooks to hand out.
 
     python scripts/student.py [OUTPUT_DIR]      # default: _build/student
 
-Writes OUTPUT_DIR/notebooks/*.ipynb (to hand out) and the website in OUTPUT_DIR/_build/html.
-The cells come from `exercises.student_cells`: each coding answer's `# BEGIN SOLUTION` ...
-`# END SOLUTION` block becomes `# YOUR CODE HERE` / `raise NotImplementedError()` (as nbgrader's
-release step does), the public check cells stay, every written part gets an answer cell, and
-everything else inside a gated solution is removed.
+Writes the website in OUTPUT_DIR/_build/html and the notebooks in OUTPUT_DIR/notebooks. The
+notebooks are the learner edition (notebooks/, `make notebooks`: no solutions, plain Markdown
+for Colab and Jupyter). The website is built from the same cells in MyST
+(`exercises.student_cells`): each coding answer's `# BEGIN SOLUTION` ... `# END SOLUTION`
+block becomes `# YOUR CODE HERE` / `raise NotImplementedError()`, the public check cells stay,
+every written part gets an answer cell, and everything else inside a solution is removed.
 """
 
 import pathlib
@@ -20,9 +21,11 @@ import yaml
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import book  # noqa: E402  (the one build command)
 import exercises  # noqa: E402
+import learner  # noqa: E402
 
 ROOT = book.ROOT
 BOOK_FILES = ["_toc.yml", "intro.md", "bibliography.md", "references.bib"]
+BOOK_FOLDERS = ["_ext", "_static", "notebooks"]
 NOTICE = ("\n```{note}\nThis is the **student edition**: solutions are not included. Coding "
           "exercises have a stub for your answer and a cell that checks it; written exercises "
           "have a cell for your answer.\n```\n")
@@ -38,31 +41,29 @@ def student_notebook(path):
 
 
 def write_source_tree(source):
-    """A copy of the book whose notebooks are the student notebooks."""
+    """A copy of the book whose chapters are the student notebooks."""
     (source / "chapters").mkdir(parents=True, exist_ok=True)
     for name in BOOK_FILES:
         shutil.copy(ROOT / name, source / name)
+    for name in BOOK_FOLDERS:
+        shutil.copytree(ROOT / name, source / name)
     intro = (source / "intro.md").read_text()
     title, _, body = intro.partition("\n")
     (source / "intro.md").write_text(f"{title}\n{NOTICE}{INSTRUCTOR_ONLY.sub('', body)}")
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     config["title"] += " (student edition)"
-    config["exclude_patterns"] = ["_build", "**.ipynb_checkpoints"]
+    config["exclude_patterns"] = ["_build", "_ext", "notebooks", "**.ipynb_checkpoints"]
     (source / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    notebooks = []
-    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+    for path in learner.CHAPTERS:
         nbformat.write(student_notebook(path), source / "chapters" / path.name)
-        notebooks.append(source / "chapters" / path.name)
-    return notebooks
 
 
 def main(output=ROOT / "_build" / "student"):
     output = pathlib.Path(output).resolve()
     shutil.rmtree(output, ignore_errors=True)
-    notebooks = write_source_tree(output / "source")
-    (output / "notebooks").mkdir(parents=True)
-    for path in notebooks:
-        shutil.copy(path, output / "notebooks" / path.name)
+    learner.main(["--check"])
+    write_source_tree(output / "source")
+    shutil.copytree(ROOT / "notebooks", output / "notebooks")
     html = book.build(output / "source", output)
     print(f"student notebooks: {output / 'notebooks'}\nstudent website: {html}")
 

@@ -188,3 +188,50 @@ def test_code_lines_fit_the_website(path):
                 if cell.cell_type == "code"
                 for line in cell.source.splitlines() if len(line) > 80]
     assert not too_long, f"code lines over 80 characters (cell, line): {too_long[:5]}"
+
+
+def printed_lines(cell):
+    """The lines a code cell's stored outputs print: streams, text results and errors."""
+    for output in cell.get("outputs", []):
+        if output.output_type == "error":
+            yield from f"{output.ename}: {output.evalue}".splitlines()
+        else:
+            yield from (output.get("text") or output.get("data", {}).get("text/plain", "")
+                        ).splitlines()
+
+
+@pytest.mark.parametrize("path", CHAPTERS + [ROOT / "templates" / "chapter.ipynb"],
+                         ids=lambda path: path.name)
+def test_printed_lines_fit_the_website(path):
+    """Like code, printed output shows 80 characters before it scrolls sideways."""
+    notebook = nbformat.read(path, as_version=4)
+    too_long = [(index, line) for index, cell in enumerate(notebook.cells)
+                if cell.cell_type == "code" for line in printed_lines(cell) if len(line) > 80]
+    assert not too_long, f"printed lines over 80 characters (cell, line): {too_long[:5]}"
+
+
+def test_check_cells_only_call_a_check(notebook):
+    """A check cell is one call of attention_course.checks: the learner edition runs it before
+    the answer exists, when anything else in the cell would fail."""
+    for cell in code_cells(notebook):
+        if "check" in cell.metadata.get("tags", []):
+            assert re.fullmatch(r"checks\.check_\w+\(.*\)", cell.source.strip()), cell.source
+
+
+def test_every_figure_records_its_smallest_text(notebook):
+    """`make execute` stores each figure's smallest font and dpi (scripts/figure_text.py):
+    the site test turns them into pixels on the page."""
+    for cell in code_cells(notebook):
+        for output in cell.outputs:
+            if "image/png" in output.get("data", {}):
+                recorded = output.metadata.get("figure_text", {})
+                assert recorded.get("smallest_pt", 0) > 0 and recorded.get("dpi", 0) > 0, \
+                    f"re-run `make execute`: {cell.source[:60]!r}"
+
+
+def test_directive_titles_render(notebook):
+    """CommonMark allows no backtick in a backtick fence's first line: such a directive shows
+    as raw text. Use a ::: fence when the title holds code."""
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            assert not re.search(r"^```\{[^}]+\}[^\n]*`", cell.source, re.M), cell.source[:80]

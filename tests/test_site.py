@@ -1,14 +1,13 @@
-"""The website in a real browser: build it, serve it on 127.0.0.1, open pages in headless Chromium,
-save screenshots to _build/screenshots/, and check the rendered DOM and every internal link."""
+"""The website as a reader sees it: the book is built and served on 127.0.0.1, Debian's Chromium
+opens every chapter at a laptop's 1280 x 800 and 1440 x 900 and a phone's 400 x 800, with every
+folded solution opened, and measures what the page shows. Screenshots go to _build/screenshots/.
+Then every internal link and image of the site, and every link of the learner edition."""
 
-import functools
-import http.server
-import os
+import base64
+import hashlib
 import pathlib
-import shutil
-import subprocess
+import re
 import sys
-import threading
 import urllib.parse
 import urllib.request
 
@@ -16,48 +15,81 @@ import nbformat
 import pytest
 import yaml
 from bs4 import BeautifulSoup
-from PIL import Image
+
+from browser import launched, open_page, screenshot, served
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import book  # noqa: E402  (the same build command as `make book`)
+import learner  # noqa: E402
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-quic", "--hide-scrollbars"]
-CHAPTERS = sorted(f"chapters/{path.stem}" for path in (ROOT / "chapters").glob("*.ipynb"))
-CHAPTER = CHAPTERS[0]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+LAPTOPS = [(1280, 800), (1440, 900)]
+PHONE = (400, 800)
+SMALLEST_TEXT_PX = 8
+RAW_MYST = re.compile(r":::\{|```\{|\{(?:cite|ref|numref|doc|eq|term|index)(?::\w+)?\}`"
+                      r"|^:(?:label|class|name):", re.M)
+GRADER_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS")
+
+OPEN_FOLDED = """() => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
+}"""
+
+# What does not fit: a code or output block, a table or a display equation whose content is
+# wider than its box (it scrolls sideways), or that reaches past the article's right edge.
+MEASURE = """() => {
+  const article = document.querySelector('article.bd-article');
+  const right = article.getBoundingClientRect().right + 1;
+  const cut = e => e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right > right;
+  const scrolls = e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+  const text = e => e.textContent.trim().slice(0, 70);
+  const tables = [...article.querySelectorAll('table')].map(
+    t => t.closest('.pst-scrollable-table-container') || t);
+  const maths = [...article.querySelectorAll('mjx-container[display="true"]')];
+  return {
+    pre: [...article.querySelectorAll('pre')].filter(cut).map(text),
+    tables: tables.filter(cut).map(text),
+    maths: maths.filter(cut).map(text),
+    unreachable: [...tables, ...maths].filter(e => cut(e) && !scrolls(e)).map(text),
+    pageWidth: document.documentElement.scrollWidth,
+    windowWidth: window.innerWidth,
+    text: article.innerText,
+    images: [...article.querySelectorAll('img')].map(
+      i => [i.getAttribute('src'), i.naturalWidth, i.clientWidth]),
+  };
+}"""
+
+
+def page_name(chapter):
+    return f"chapters/{chapter.stem}"
 
 
 def chapter_title(chapter):
     """The notebook's first heading, as the page's h1 should show it."""
-    first_markdown = next(cell for cell in nbformat.read(ROOT / f"{chapter}.ipynb", as_version=4).cells
-                          if cell.cell_type == "markdown")
-    return first_markdown.source.splitlines()[0].lstrip("# ").strip()
-SCREENSHOTS = ROOT / "_build" / "screenshots"
+    notebook = nbformat.read(chapter, as_version=4)
+    first = next(cell for cell in notebook.cells if cell.cell_type == "markdown")
+    return first.source.splitlines()[0].lstrip("# ").strip()
 
 
-def chromium_or_install():
-    """Debian's chromium, installed with apt-get where it is missing and we are root (as on CI)."""
-    found = shutil.which("chromium")
-    if not found and os.geteuid() == 0 and shutil.which("apt-get"):
-        environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], env=environment, check=False)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], env=environment,
-                       check=False, stdout=subprocess.DEVNULL)
-        found = shutil.which("chromium")
-    if not found:
-        message = ("Debian's chromium is not installed and could not be installed here (that "
-                   "needs root and apt-get): the browser tests did NOT run")
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
+def learner_colab_url(chapter):
+    repository = urllib.parse.urlparse(CONFIG["repository"]["url"]).path.strip("/")
+    return (f"https://colab.research.google.com/github/{repository}/blob/"
+            f"{CONFIG['repository']['branch']}/notebooks/{chapter.name}")
 
 
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
+def figure_text_sizes(chapter):
+    """{image file name: (smallest text in points, dpi)} of the chapter's stored figures,
+    as `make execute` recorded them (scripts/figure_text.py)."""
+    sizes = {}
+    for cell in nbformat.read(chapter, as_version=4).cells:
+        for output in cell.get("outputs", []):
+            if "image/png" in output.get("data", {}):
+                name = hashlib.sha256(base64.b64decode(output.data["image/png"])).hexdigest()
+                text = output.metadata.get("figure_text", {})
+                sizes[f"{name}.png"] = (text.get("smallest_pt"), text.get("dpi"))
+    return sizes
 
 
 @pytest.fixture(scope="module")
@@ -67,88 +99,118 @@ def site():
 
 @pytest.fixture(scope="module")
 def base_url(site):
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(site)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
+    with served(site) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
-def chromium():
-    return chromium_or_install()
+def browser():
+    with launched() as chromium:
+        yield chromium
 
 
-def run_chromium(chromium, tmp_path, *arguments):
-    profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
-    result = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *arguments],
-                            capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
+@pytest.fixture(scope="module")
+def measured(browser, base_url):
+    """Each chapter measured at each window size, its folded solutions opened; a screenshot of
+    the top of each chapter at 1280 px and of chapter 5 in full."""
+    results = {}
+    for chapter in CHAPTERS:
+        for width, height in LAPTOPS + [PHONE]:
+            page = open_page(browser, f"{base_url}{page_name(chapter)}.html", width, height)
+            if (width, height) == LAPTOPS[0]:
+                screenshot(page, f"{chapter.stem}-{width}")
+            page.evaluate(OPEN_FOLDED)
+            results[chapter, width] = page.evaluate(MEASURE)
+            if (width, height) == LAPTOPS[0] and chapter.name.startswith("05"):
+                screenshot(page, f"{chapter.stem}-{width}-full", full_page=True)
+            page.close()
+    return results
 
 
-def rendered(chromium, tmp_path, url):
-    """The DOM after the page's scripts (MathJax included) have run."""
-    return BeautifulSoup(run_chromium(chromium, tmp_path, "--virtual-time-budget=20000",
-                                      "--dump-dom", url), "html.parser")
+def test_home_page_in_browser(browser, base_url):
+    page = open_page(browser, base_url + "intro.html", *LAPTOPS[0])
+    assert CONFIG["title"] in page.inner_text("h1")
+    links = page.eval_on_selector_all("nav a", "links => links.map(a => a.href)")
+    assert any(page_name(CHAPTERS[0]) in link for link in links), "no link to chapter 1"
+    assert not RAW_MYST.search(page.inner_text("article"))
+    screenshot(page, "home")
 
 
-def screenshot(chromium, tmp_path, url, name):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    run_chromium(chromium, tmp_path, "--virtual-time-budget=20000", "--window-size=1280,2000",
-                 f"--screenshot={path}", url)
-    with Image.open(path) as image:
-        low, high = zip(*image.convert("RGB").getextrema())
-    assert image.size == (1280, 2000) and max(high) - min(low) > 100, "a blank screenshot"
-    return path
-
-
-def fetch(url):
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return response.status, response.headers.get_content_type(), response.read()
-
-
-def test_home_page_in_browser(chromium, base_url, tmp_path):
-    dom = rendered(chromium, tmp_path, base_url + "intro.html")
-    assert "Attention, from kernel regression to grouped-query attention" in dom.h1.get_text()
-    navigation = [a.get("href") for a in dom.select("nav a")]
-    assert any(CHAPTER in (href or "") for href in navigation), "no link to chapter 1"
-    screenshot(chromium, tmp_path, base_url + "intro.html", "home")
-
-
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_chapter_page_in_browser(chapter, chromium, base_url, tmp_path):
-    url = base_url + chapter + ".html"
-    dom = rendered(chromium, tmp_path, url)
-    assert chapter_title(chapter) in dom.h1.get_text()
-    if chapter == CHAPTER:
-        assert "Nadaraya" in dom.get_text() and "bandwidth" in dom.get_text()
-
-    figures = dom.select("figure")
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_chapter_page_shows_its_parts(chapter, browser, base_url):
+    page = open_page(browser, f"{base_url}{page_name(chapter)}.html", *LAPTOPS[0])
+    assert chapter_title(chapter) in page.inner_text("h1")
+    figures = page.query_selector_all("article figure")
     assert len(figures) >= 3
     for figure in figures:
-        image = figure.find("img")
-        assert image.get("alt") and figure.find("figcaption").get_text(strip=True)
-        status, content_type, body = fetch(urllib.parse.urljoin(url, image["src"]))
-        assert status == 200 and content_type == "image/png" and body[:4] == b"\x89PNG"
-
-    maths = dom.select(".math")
+        assert figure.query_selector("img").get_attribute("alt")
+        assert figure.query_selector("figcaption").inner_text().strip()
+    maths = page.query_selector_all("article .math")
     assert len(maths) > 10
-    untypeset = [m.get_text()[:40] for m in maths if not m.find("mjx-container")]
-    assert not untypeset, f"MathJax did not typeset: {untypeset[:3]}"
+    assert all(m.query_selector("mjx-container") for m in maths), "MathJax did not typeset"
+    assert len(page.query_selector_all(".exercise")) >= 4
+    solutions = page.query_selector_all(".solution")
+    assert len(solutions) >= 4 and all("dropdown" in s.get_attribute("class") for s in solutions)
 
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    repository = urllib.parse.urlparse(config["repository"]["url"]).path.strip("/")
-    colab = (f"https://colab.research.google.com/github/{repository}/blob/"
-             f"{config['repository']['branch']}/{chapter}.ipynb")
-    assert colab in [a.get("href") for a in dom.find_all("a")], "no Colab link to this notebook"
+    colab = learner_colab_url(chapter)
+    badge = page.query_selector("article .course-launch a.course-colab")
+    assert badge and badge.is_visible() and badge.get_attribute("href") == colab
+    hrefs = page.eval_on_selector_all("a", "links => links.map(a => a.getAttribute('href'))")
+    assert not [h for h in hrefs if h and "colab" in h and h != colab]
+    download = page.query_selector("article .course-launch a.course-download")
+    with urllib.request.urlopen(urllib.parse.urljoin(page.url, download.get_attribute("href"))
+                                ) as served_notebook:
+        assert served_notebook.read() == (ROOT / "notebooks" / chapter.name).read_bytes()
 
-    assert len(dom.select(".exercise")) >= 4
-    solutions = dom.select(".solution")
-    assert len(solutions) >= 4 and all("dropdown" in s.get("class", []) for s in solutions)
-    screenshot(chromium, tmp_path, url, pathlib.Path(chapter).name)
+
+@pytest.mark.parametrize("width", [w for w, _ in LAPTOPS])
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_nothing_is_cut_on_a_laptop(chapter, width, measured):
+    """No code, output, table or equation scrolls sideways, no raw markup, no grader marker."""
+    result = measured[chapter, width]
+    assert not result["pre"], f"code or output wider than its box: {result['pre'][:4]}"
+    assert not result["tables"], f"tables cut: {result['tables'][:3]}"
+    assert not result["maths"], f"equations cut: {result['maths'][:3]}"
+    assert result["pageWidth"] <= result["windowWidth"]
+    assert not RAW_MYST.search(result["text"]), RAW_MYST.search(result["text"])[0]
+    assert not [m for m in GRADER_MARKERS if m in result["text"]]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_figure_text_is_readable_at_1280_px(chapter, measured):
+    """Figure text at its displayed size: points x dpi / 72 x (shown width / image width)."""
+    sizes = figure_text_sizes(chapter)
+    small = []
+    for source, natural, shown in measured[chapter, LAPTOPS[0][0]]["images"]:
+        name = pathlib.PurePosixPath(source).name
+        if name not in sizes:
+            continue  # the theme's own images (the Colab logo)
+        points, dpi = sizes[name]
+        assert points and dpi, f"{name}: no figure_text metadata: re-run `make execute`"
+        pixels = points * dpi / 72 * shown / natural
+        if pixels < SMALLEST_TEXT_PX:
+            small.append(f"{name[:8]}: {pixels:.1f} px ({points} pt, {natural} px at {shown})")
+    assert len(sizes) >= 3 and not small, small
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_a_phone_scrolls_tables_and_equations_in_their_own_box(chapter, measured):
+    result = measured[chapter, PHONE[0]]
+    assert result["pageWidth"] <= result["windowWidth"], "the whole page scrolls sideways"
+    assert not result["unreachable"], result["unreachable"][:3]
+
+
+# ------------------------------------------------------------------------ static checks
+
+def html_pages(site):
+    return sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)
+
+
+def element_ids(page, cache):
+    if page not in cache:
+        soup = BeautifulSoup(page.read_text(), "html.parser")
+        cache[page] = {tag["id"] for tag in soup.find_all(id=True)}
+    return cache[page]
 
 
 def internal_targets(page, site):
@@ -164,20 +226,59 @@ def internal_targets(page, site):
 
 
 def test_no_broken_internal_link_or_image(site):
-    pages = sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)
-    ids = {}
-    broken = []
-    for page in pages:
+    ids, broken = {}, []
+    for page in html_pages(site):
         for description, target, fragment in internal_targets(page, site):
             if target.is_dir():
                 target = target / "index.html"
             if not target.exists():
                 broken.append(description)
-            elif fragment and target.suffix == ".html":
-                if target not in ids:
-                    soup = BeautifulSoup(target.read_text(), "html.parser")
-                    ids[target] = {tag["id"] for tag in soup.find_all(id=True)}
-                if fragment not in ids[target]:
-                    broken.append(description)
-    assert len(pages) >= 4
+            elif fragment and target.suffix == ".html" and fragment not in element_ids(target, ids):
+                broken.append(description)
+    assert len(html_pages(site)) >= 4
     assert not broken, broken[:10]
+
+
+def test_no_page_shows_raw_markup(site):
+    for page in html_pages(site):
+        soup = BeautifulSoup(page.read_text(), "html.parser")
+        for hidden in soup.select("script, style"):
+            hidden.decompose()
+        raw = RAW_MYST.search(soup.get_text())
+        assert not raw, f"{page.relative_to(site)}: raw MyST {raw[0]!r}"
+
+
+def test_every_link_of_the_learner_edition_reaches_the_website(site):
+    """The learner notebooks link to solutions, references and pages of the website (at
+    html.baseurl): each of those pages and anchors exists in the built site."""
+    ids, broken, count = {}, [], 0
+    base = learner.website()
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for url in re.findall(rf"\]\(({re.escape(base)}[^)\s]*)\)", notebook.read_text()):
+            count += 1
+            path, _, fragment = url[len(base):].partition("#")
+            target = site / path
+            if not target.is_file() or (fragment and fragment not in element_ids(target, ids)):
+                broken.append(f"{notebook.name}: {url}")
+    assert count > 100 and not broken, broken[:10]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_learner_edition_numbers_and_cites_as_the_website_does(chapter, site):
+    page = BeautifulSoup((site / f"{page_name(chapter)}.html").read_text(), "html.parser")
+    text = (ROOT / "notebooks" / chapter.name).read_text()
+    citations = {(a["href"].split("#cite-")[1], a.get_text()) for a in
+                 page.select('a[href*="bibliography.html#cite-"]')}
+    for key, shown in citations:
+        assert learner.citation_text(key) == shown, (key, shown)
+    figures = [" ".join(c.get_text().split()) for c in page.select("figure figcaption")]
+    notebook = nbformat.read(ROOT / "notebooks" / chapter.name, as_version=4)
+    learner_figures = [c.source for c in notebook.cells if c.source.startswith("*Figure ")]
+    assert len(learner_figures) == len([f for f in figures if f.startswith("Fig. ")])
+    for caption in learner_figures:
+        number = re.match(r"\*Figure (\d+\.\d+)\. ", caption)[1]
+        assert any(f.startswith(f"Fig. {number} ") for f in figures), number
+    exercises = [" ".join(t.get_text().split()) for t in
+                 page.select(".exercise > .admonition-title")]
+    headings = re.findall(r"### Exercise (\d+\.\d+): ", text)
+    assert [e.split(" (")[0] for e in exercises] == [f"Exercise {n}" for n in headings]

@@ -3,7 +3,8 @@
 Each check runs your function on several inputs, awkward ones included, compares it with an
 independent answer, and either prints one line saying all cases pass or raises `CheckFailed`
 telling, in plain words, which case failed and how (wrong shape, NaN and what caused it, a row
-that does not sum to one, a value off).
+that does not sum to one, a value off). While your answer is still the stub (it raises
+`NotImplementedError`), a check prints "Not yet answered" and lets the notebook run on.
 
 - `seed`: every check draws its cases from a seed. The default gives the cases the chapter
   shows; graders run the same check with other seeds as hidden tests, so an answer must be
@@ -12,9 +13,11 @@ that does not sum to one, a value off).
   several values.
 - An answer that calls the package's own function for the very quantity the exercise asks for
   does not pass: the exercise is to write it.
+- `strict=True` (the graders' test cells): a stub fails like any wrong answer.
 """
 
 import contextlib
+import functools
 import math
 import sys
 
@@ -28,12 +31,36 @@ class CheckFailed(AssertionError):
     """Your answer does not match the reference yet; the message says where and how."""
 
 
+class NotAnswered(CheckFailed):
+    """The answer is still the exercise's stub: it raises NotImplementedError."""
+
+    def __init__(self, name):
+        super().__init__(f"{name} still raises NotImplementedError: replace the stub with "
+                         "your code")
+        self.name = name
+
+
 class _Delegated(Exception):
     """Raised when a learner's answer calls one of the package's own answers."""
 
 
 def _passed(what, n_cases):
-    print(f"Correct: {what}: all {n_cases} test cases agree with the reference.")
+    print(f"Correct: {what}.\nAll {n_cases} test cases agree with the reference.")
+
+
+def _self_check(check):
+    """A public check: on a stub answer it prints "Not yet answered" and returns, so that a
+    notebook runs from top to bottom before the learner has answered, unless `strict`."""
+    @functools.wraps(check)
+    def run(*args, strict=False, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except NotAnswered as stub:
+            if strict:
+                raise
+            print(f"Not yet answered: {stub.name} is still the stub.\n"
+                  "Write your answer in the cell above, run it, then run this check again.")
+    return run
 
 
 def _tripwire(name):
@@ -80,8 +107,7 @@ def _run(fn, args, case, kwargs=None, forbidden=()):
         with _forbidden(fn, forbidden):
             return fn(*args, **(kwargs or {}))
     except NotImplementedError:
-        raise CheckFailed("your function still raises NotImplementedError: "
-                          "replace the stub with your code") from None
+        raise NotAnswered(f"`{getattr(fn, '__name__', 'your function')}`") from None
     except _Delegated as delegated:
         raise CheckFailed(f"case '{case}': your function calls `{delegated}`, which computes "
                           "exactly what this exercise asks for; write the computation yourself "
@@ -118,6 +144,7 @@ def weights_problem(weights, atol=1e-5):
     return None
 
 
+@_self_check
 def check_attention_weights(weights, atol=1e-5):
     """Check that every row of `weights` (..., n_k) is finite, non-negative and sums to 1."""
     problem = weights_problem(weights, atol)
@@ -192,6 +219,7 @@ def _kernel_underflow(queries, keys, bandwidths):
 _REGRESSION_ANSWERS = (pooling.nadaraya_watson, pooling.kernel_scores)
 
 
+@_self_check
 def check_nadaraya_watson(fn, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), values (n_k,), bandwidth) -> predictions (n_q,),
     Gaussian-kernel Nadaraya–Watson regression."""
@@ -204,6 +232,7 @@ def check_nadaraya_watson(fn, seed=0):
     _passed("your Gaussian Nadaraya–Watson regression", len(cases))
 
 
+@_self_check
 def check_kernel_weights(fn, kernel, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), bandwidth) -> weights (n_q, n_k) for a named kernel
     ('gaussian', 'boxcar' or 'epanechnikov')."""
@@ -224,6 +253,7 @@ def check_kernel_weights(fn, kernel, seed=0):
     _passed(f"your {kernel} attention-weight matrix", len(cases))
 
 
+@_self_check
 def check_leave_one_out(fn, seed=0):
     """Check fn(keys (n,), values (n,), bandwidth) -> leave-one-out mean squared error (a number),
     Gaussian kernel."""
@@ -247,6 +277,7 @@ def check_leave_one_out(fn, seed=0):
     _passed("your leave-one-out error", len(cases))
 
 
+@_self_check
 def check_batched_pooling(fn, seed=0):
     """Check fn(weights (b, n_q, n_k), values (b, n_k, d_v)) -> (b, n_q, d_v): one weighted
     average of values per query and per batch element."""
@@ -261,6 +292,7 @@ def check_batched_pooling(fn, seed=0):
     _passed("your batched weighted average", len(cases))
 
 
+@_self_check
 def check_per_key_weights(fn, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), bandwidths (n_k,)) -> (n_q, n_k): Gaussian attention
     weights in which key i has its own bandwidth h_i."""
@@ -280,6 +312,7 @@ SIMILARITY_OPTIONS = {"dot": "temperature", "scaled_dot": "temperature",
 _OPTION_VALUES = (1.0, 0.5, 2.0, 0.1)
 
 
+@_self_check
 def check_similarity(fn, name, seed=0, **options):
     """Check fn(queries (n_q, d), keys (n_k, d), <option>=value) -> scores (n_q, n_k) against the
     similarity `name` ('dot', 'scaled_dot', 'cosine', 'rbf') of attention_course.scoring, for
@@ -308,6 +341,7 @@ def check_similarity(fn, name, seed=0, **options):
     _passed(f"your {name} similarity", n_cases)
 
 
+@_self_check
 def check_entropy(fn, seed=0):
     """Check fn(weights (..., n)) -> entropies (...): -sum p log p in nats over the last axis,
     with 0 log 0 = 0."""
@@ -327,6 +361,7 @@ def check_entropy(fn, seed=0):
     _passed("your entropy", len(cases))
 
 
+@_self_check
 def check_masked_softmax(fn, seed=0):
     """Check fn(scores (b, n_q, n_k), valid_lens (b,) or (b, n_q)) -> weights (b, n_q, n_k):
     softmax over the first valid_len keys, zero elsewhere, and all zeros when valid_len is 0."""
@@ -349,6 +384,7 @@ def check_masked_softmax(fn, seed=0):
     _passed("your masked softmax", len(cases))
 
 
+@_self_check
 def check_causal_mask(fn, seed=0):
     """Check fn(n_queries, n_keys) -> bool (n_queries, n_keys), True where attending is allowed,
     top-left aligned as PyTorch's is_causal."""
@@ -377,6 +413,7 @@ def check_causal_mask(fn, seed=0):
     _passed("your causal mask", len(cases))
 
 
+@_self_check
 def check_self_attention(fn, seed=0):
     """Check fn(x (n, d_in), W_q (d_in, d_k), W_k (d_in, d_k), W_v (d_in, d_v)) -> (n, d_v):
     single-head self-attention softmax(X W_q (X W_k)^T / sqrt(d_k)) X W_v, stable for large
@@ -402,6 +439,7 @@ def check_self_attention(fn, seed=0):
     _passed("your self-attention", len(cases))
 
 
+@_self_check
 def check_positional_encoding(fn, seed=0):
     """Check fn(num_positions, dim) -> (num_positions, dim), the sinusoidal encoding."""
     cases = [(4, 2), (10, 8), (50, 16)]
@@ -420,6 +458,7 @@ def check_positional_encoding(fn, seed=0):
     _passed("your positional encoding", len(cases))
 
 
+@_self_check
 def check_split_heads(fn, seed=0):
     """Check fn(x (batch, seq, num_heads * head_dim), num_heads) -> (batch, num_heads, seq,
     head_dim), where head h holds features h * head_dim ... (h + 1) * head_dim - 1."""
@@ -434,6 +473,7 @@ def check_split_heads(fn, seed=0):
     _passed("your split_heads", len(cases))
 
 
+@_self_check
 def check_mha_parameter_count(fn, seed=0):
     """Check fn(embed_dim, num_heads, bias) -> the number of parameters of multi-head attention,
     against torch.nn.MultiheadAttention."""
@@ -452,6 +492,7 @@ def check_mha_parameter_count(fn, seed=0):
     _passed("your parameter count", len(cases))
 
 
+@_self_check
 def check_kv_cache_bytes(fn, seed=0):
     """Check fn(batch_size, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_element) -> the
     size of a KV cache in bytes."""
@@ -472,6 +513,7 @@ def check_kv_cache_bytes(fn, seed=0):
     _passed("your KV-cache size", len(cases))
 
 
+@_self_check
 def check_repeat_kv(fn, seed=0):
     """Check fn(kv (batch, num_kv_heads, seq, head_dim), group_size) -> (batch, num_kv_heads *
     group_size, seq, head_dim) in which query head h gets KV head h // group_size."""
@@ -490,6 +532,7 @@ def check_repeat_kv(fn, seed=0):
     _passed("your KV-head repetition", len(cases))
 
 
+@_self_check
 def check_query_jacobian(fn, seed=0):
     """Check fn(query (d,), keys (n, d)) -> (d, d): the Jacobian with respect to the query of
     attention whose values are its keys, o(q) = sum_i alpha_i k_i with
@@ -531,6 +574,7 @@ def _batched_regression_cases(seed=0):
             ("a query far from every key", *far, 0.5)]
 
 
+@_self_check
 def check_batched_regression(fn, seed=0):
     """Check fn(queries (B, n_q), keys (B, n_k), values (B, n_k), bandwidth) -> (B, n_q):
     Gaussian Nadaraya–Watson regression of B independent data sets in one call, data set b
@@ -580,6 +624,7 @@ def _reference_context(scores, values, lengths):
     return (weights[:, :, None] * values.double()).sum(dim=1), weights
 
 
+@_self_check
 def check_context_vector(fn, seed=0):
     """Check fn(scores (batch, n_k), values (batch, n_k, d_v), valid_lens (batch,)) -> context
     (batch, d_v): the softmax of each row's first valid_len scores, weighting the values."""
@@ -598,6 +643,7 @@ def check_context_vector(fn, seed=0):
     _passed("your context vector", len(cases))
 
 
+@_self_check
 def check_dot_product_step(fn, seed=0):
     """Check fn(query (batch, d), keys (batch, n_k, d), values (batch, n_k, d_v), valid_lens
     (batch,)) -> context (batch, d_v), with scores q . k_i / sqrt(d) over the first valid_len
@@ -662,6 +708,7 @@ def _rotary_cases(seed):
         yield case, _random((seq, d), seed, 93 + number), positions
 
 
+@_self_check
 def check_rotary(fn, seed=0):
     """Check fn(x (seq, head_dim), positions (seq,)) -> RoPE of x with base
     10000 and Llama's pairing of dimension i with i + head_dim/2."""
@@ -692,6 +739,7 @@ def _rotary_attention_reference(x, w_q, w_k, w_v, scale, rotate_values=False):
     return torch.softmax(scores, -1) @ v
 
 
+@_self_check
 def check_rotary_attention(fn, seed=0):
     """Check fn(x (seq, d_model), W_q, W_k, W_v (d_model, d)) -> causal
     self-attention output (seq, d) with RoPE on queries and keys only, scores
@@ -747,6 +795,7 @@ def _window_by_loops(queries, keys, window, inclusive=False):
                          for t in queries.tolist()])
 
 
+@_self_check
 def check_sliding_window_mask(fn, seed=0):
     """Check fn(query_positions (L,), key_positions (S,), window) -> bool (L, S):
     True where the query at position t may attend to the key at position s,
@@ -795,6 +844,7 @@ def _cache_cases(seed):
         yield case, keys[:, :, :held], keys[:, :, held:], window
 
 
+@_self_check
 def check_cache_append(fn, seed=0):
     """Check fn(held (batch, kv_heads, n, d), new (batch, kv_heads, t, d),
     window) -> (attend_to, kept): attend_to is held followed by new along the
@@ -871,6 +921,7 @@ def _update_without_rescale(running_max, running_sum, block):
     return new_max, running_sum + torch.exp(block - new_max[..., None]).sum(-1)
 
 
+@_self_check
 def check_online_softmax_update(fn, seed=0):
     """Check fn(running_max (rows,), running_sum (rows,), block (rows, b)) ->
     (new_max, new_sum): after the blocks of a row have been passed in order,
@@ -943,6 +994,7 @@ def _tile_cases(seed):
     return shapes
 
 
+@_self_check
 def check_causal_tiles(fn, seed=0):
     """Check fn(n_queries, n_keys, query_block, key_block) -> the (query
     block, key block) index pairs that causal attention (query i sees keys
@@ -1013,6 +1065,7 @@ def _previous_word_by_loops(word_ids):
     return targets
 
 
+@_self_check
 def check_previous_word_targets(fn, seed=0):
     """Check fn(word_ids) -> bool (n, n): True where key j is a piece of the
     word just before query i's word. word_ids: one entry per token, the index
@@ -1062,6 +1115,7 @@ def _heads_by_hand(attention, x, zeroed_head=None):
     return attention.out_proj(torch.cat(outputs, dim=-1))
 
 
+@_self_check
 def check_ablate_head(fn, seed=0):
     """Check fn(attention, head) -> a copy of the MultiHeadAttention
     `attention` in which head `head` contributes nothing (its output is zero

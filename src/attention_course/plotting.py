@@ -109,9 +109,9 @@ def plot_attention_schematic(weights, key_labels=None, value_labels=None, query_
         width = 0.5 + 8 * alpha
         ax.plot([0.25, 1.75], [middle, row], color=OKABE_ITO[0], linewidth=width,
                 solid_capstyle="round", alpha=0.85)
-        on_line = middle + (row - middle) * 0.85                  # near the key's end
-        ax.text(1.5, on_line + 0.12, f"$\\alpha_{{{i + 1}}} = {alpha:.2f}$", ha="center",
-                va="bottom", fontsize=9, color=OKABE_ITO[0])
+        on_line = middle + (row - middle) * 0.8                   # near the key's end
+        ax.text(1.45, on_line + 0.12, f"$\\alpha_{{{i + 1}}} = {alpha:.2f}$", ha="center",
+                va="bottom", fontsize=10, color=OKABE_ITO[0])
         ax.text(2.0, row, key_labels[i], ha="center", va="center", bbox=box, fontsize=11)
         ax.text(2.7, row, value_labels[i], ha="center", va="center", bbox=box, fontsize=11)
         ax.plot([2.95, 4.05], [row, middle], color=OKABE_ITO[1], linewidth=width, alpha=0.85)
