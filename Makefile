@@ -27,7 +27,7 @@ book: $(READY)
 	$(BIN)/python scripts/book.py
 
 test: $(READY)
-	$(BIN)/python -m pytest tests chapters templates --nbval -p no:cacheprovider -rs
+	$(BIN)/python -m pytest tests chapters templates --nbval -p no:cacheprovider -rs --durations=30
 
 notebooks: $(READY)
 	$(BIN)/python scripts/learner.py
