@@ -232,7 +232,7 @@ def cosine_by_hand(q, k, temperature=0.5):
 
 def test_similarity_options_reach_the_learners_function(capsys):
     checks.check_similarity(cosine_by_hand, "cosine", temperature=0.5)
-    assert "all 12 test cases" in capsys.readouterr().out
+    assert "All 12 test cases" in capsys.readouterr().out
     with pytest.raises(CheckFailed, match=r"temperature=1.0.*your scores at index"):
         checks.check_similarity(lambda q, k, temperature=0.5: cosine_by_hand(q, k), "cosine",
                                 temperature=0.5)
@@ -310,7 +310,7 @@ def jacobian_by_finite_differences(query, keys, step=1e-6):
 
 def test_query_jacobian_check(capsys):
     checks.check_query_jacobian(jacobian_by_finite_differences)
-    assert "all 4 test cases" in capsys.readouterr().out
+    assert "All 4 test cases" in capsys.readouterr().out
     with pytest.raises(CheckFailed, match=r"sqrt\(d\) = .* times too large"):
         checks.check_query_jacobian(
             lambda q, k: jacobian_by_finite_differences(q, k) * q.shape[0] ** 0.5)
@@ -328,7 +328,7 @@ def batched_regression_by_bmm(queries, keys, values, bandwidth):
 def test_batched_regression_check_accepts_a_bmm_answer(capsys):
     for seed in HIDDEN_SEEDS:
         checks.check_batched_regression(batched_regression_by_bmm, seed=seed)
-    assert capsys.readouterr().out.count("all 4 test cases") == len(HIDDEN_SEEDS)
+    assert capsys.readouterr().out.count("All 4 test cases") == len(HIDDEN_SEEDS)
 
 
 def test_batched_regression_check_explains_wrong_answers():
