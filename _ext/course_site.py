@@ -18,7 +18,7 @@ from sphinxcontrib.bibtex.style.referencing import BracketStyle
 from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
 
 LEARNER_FOLDER = "notebooks"
-GRADER_MARKER = re.compile(r"^[ \t]*# (BEGIN|END) SOLUTION[ \t]*\n", re.M)
+GRADER_MARKER = re.compile(r"^[ \t]*# (BEGIN|END) SOLUTION[ \t]*(\n|\Z)", re.M)
 
 
 def _round_brackets():
@@ -43,7 +43,7 @@ def hide_grader_markers(app, doctree, docname):
     for block in doctree.findall(nodes.literal_block):
         text = block.astext()
         if "SOLUTION" in text:
-            cleaned = GRADER_MARKER.sub("", text)
+            cleaned = GRADER_MARKER.sub("", text).rstrip("\n")
             if cleaned != text:
                 block.children = [nodes.Text(cleaned)]
                 block.rawsource = cleaned

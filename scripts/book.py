@@ -12,10 +12,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def build(source=ROOT, output=ROOT):
-    """Build `source` into `output`/_build/html; any Sphinx warning fails the build."""
+    """Build `source` into `output`/_build/html; any Sphinx warning fails the build. Every
+    page is written anew (--all): Sphinx skips its static files when no page changed."""
     jupyter_book = pathlib.Path(sys.executable).parent / "jupyter-book"
     command = [str(jupyter_book), "build", str(source), "--path-output", str(output),
-               "-W", "-n", "--keep-going"]
+               "-W", "-n", "--keep-going", "--all"]
     subprocess.run(command, check=True)
     return pathlib.Path(output) / "_build" / "html"
 

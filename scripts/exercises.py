@@ -32,7 +32,7 @@ BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 SOLUTION_BLOCK = re.compile(rf"^([ \t]*){re.escape(BEGIN)}[ \t]*\n.*?^[ \t]*{re.escape(END)}[ \t]*$",
                             re.M | re.S)
 WRITTEN_ANSWER = "**Your answer.** *Write your answer here.*"
-CODE_SCRATCH = "# Your code for this exercise (graded by hand, with your written answer)."
+CODE_SCRATCH = "# Your code for this exercise, to go with your written answer."
 
 
 @dataclasses.dataclass

@@ -29,6 +29,7 @@ import latexcodec  # noqa: F401  (registers the "ulatex" codec)
 import nbformat
 import pybtex.database
 import yaml
+from docutils.nodes import make_id
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import exercises  # noqa: E402
@@ -98,7 +99,8 @@ def citation_text(key):
 
 def cite(keys):
     """{cite}`a,b` -> ([A, 2015](...#cite-a); [B, 2016](...#cite-b))."""
-    links = [f"[{citation_text(key.strip())}]({page_url('bibliography', 'cite-' + key.strip())})"
+    links = [f"[{citation_text(key.strip())}]"
+             f"({page_url('bibliography', make_id('cite-' + key.strip()))})"
              for key in keys.split(",")]
     return "(" + "; ".join(links) + ")"
 
@@ -202,8 +204,9 @@ def admonition(name, title, options, body):
     """A note as a quotation with a bold title; a dropdown as a <details> block."""
     title = title or name.capitalize()
     if "dropdown" in options.get("class", "").split():
-        return (f"<details>\n<summary><b>{title}</b> (click to open)</summary>\n\n{body}\n\n"
-                "</details>")
+        html_title = re.sub(r"`([^`]+)`", r"<code>\1</code>", title)  # no Markdown in HTML
+        return (f"<details>\n<summary><b>{html_title}</b> (click to open)</summary>\n\n"
+                f"{body}\n\n</details>")
     return _quote(f"**{title}**\n\n{body}")
 
 

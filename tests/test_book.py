@@ -235,3 +235,12 @@ def test_directive_titles_render(notebook):
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
             assert not re.search(r"^```\{[^}]+\}[^\n]*`", cell.source, re.M), cell.source[:80]
+
+
+def test_an_exercise_that_asks_a_question_has_an_answer_cell(notebook):
+    """A question in a prompt's text (its title aside) is graded by hand, so the learner
+    gets a cell to answer it in (written_points)."""
+    for exercise in exercises.exercises(notebook):
+        body = exercise.prompt.source.split("\n", 1)[1]
+        if "?" in body:
+            assert exercise.written_points, f"{exercise.label} asks a question"

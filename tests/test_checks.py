@@ -635,3 +635,12 @@ def test_ablation_check_explains_the_usual_mistakes():
         checks.check_ablate_head(zeroing_rows("q_proj"))  # query-independent weights
     with pytest.raises(CheckFailed, match="return the ablated copy"):
         checks.check_ablate_head(lambda attention, head: attention.out_proj.weight * 0)
+
+
+def test_unnormalised_regression_weights_get_a_hint():
+    def unnormalised(queries, keys, values, bandwidth):
+        return torch.exp(-((queries[:, None] - keys[None]) / bandwidth) ** 2 / 2) @ values
+
+    with pytest.raises(CheckFailed, match="do each query's weights sum to 1"):
+        checks.check_nadaraya_watson(unnormalised)
+    checks.check_nadaraya_watson(learner_nw)  # a right answer meets no such complaint

@@ -111,8 +111,8 @@ def test_in_the_browser_the_maths_typesets_and_a_screenshot_is_saved(pages):
                                c.querySelectorAll('code, pre, mjx-container')
                                 .forEach(e => e.remove());
                                return c.innerText; })
-                .filter(text => text.includes('$'))""")
-            assert not left, f"{chapter.name}: maths left as text: {left[0][:200]!r}"
+                .filter(text => text.includes('$') || text.includes('`'))""")
+            assert not left, f"{chapter.name}: maths or code left as text: {left[0][:200]!r}"
             if chapter == CHAPTERS[0]:
                 screenshot(page, f"learner-{chapter.stem}")
                 page.locator("h3", has_text="Exercise 1.1").scroll_into_view_if_needed()

@@ -53,13 +53,16 @@ def _self_check(check):
     notebook runs from top to bottom before the learner has answered, unless `strict`."""
     @functools.wraps(check)
     def run(*args, strict=False, **kwargs):
+        __tracebackhide__ = True  # noqa: F841 (IPython and pytest show the message, not us)
         try:
             return check(*args, **kwargs)
         except NotAnswered as stub:
             if strict:
-                raise
+                raise NotAnswered(stub.name) from None
             print(f"Not yet answered: {stub.name} is still the stub.\n"
                   "Write your answer in the cell above, run it, then run this check again.")
+        except CheckFailed as failure:
+            raise CheckFailed(str(failure)) from None  # the message without the check's insides
     return run
 
 
@@ -219,11 +222,25 @@ def _kernel_underflow(queries, keys, bandwidths):
 _REGRESSION_ANSWERS = (pooling.nadaraya_watson, pooling.kernel_scores)
 
 
+def _require_an_average(fn, queries, keys, bandwidth):
+    """A weighted average of equal values is that value, whatever the weights: an answer
+    that misses it has weights that do not sum to 1 (the commonest slip)."""
+    case, level = "every value equal to 2.5", 2.5
+    got = _run(fn, (queries, keys, torch.full_like(keys, level), bandwidth), case,
+               forbidden=_REGRESSION_ANSWERS)
+    if (isinstance(got, torch.Tensor) and got.shape == queries.shape
+            and torch.isfinite(got).all() and not torch.allclose(got, torch.full_like(got, level))):
+        shown = ", ".join(f"{value:.4g}" for value in got[:3].tolist())
+        raise CheckFailed(f"case '{case}': a weighted average of equal values is that value, "
+                          f"but yours gives {shown}: do each query's weights sum to 1?")
+
+
 @_self_check
 def check_nadaraya_watson(fn, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), values (n_k,), bandwidth) -> predictions (n_q,),
     Gaussian-kernel Nadaraya–Watson regression."""
     cases = _regression_cases(seed)
+    _require_an_average(fn, *cases[0][1:3], cases[0][4])
     for case, queries, keys, values, bandwidth in cases:
         expected, _ = pooling.nadaraya_watson(queries, keys, values, bandwidth, "gaussian")
         got = _run(fn, (queries, keys, values, bandwidth), case, forbidden=_REGRESSION_ANSWERS)

@@ -88,17 +88,18 @@ def plot_regression(x_train, y_train, x_test, predictions, truth=None, ax=None,
 
 
 def plot_attention_schematic(weights, key_labels=None, value_labels=None, query_label="$q$",
-                             ax=None):
+                             ax=None, first=1):
     """One query attending to n key–value pairs: a line from the query to each key, as thick as
     its weight alpha_i, each key beside its value, and the output sum_i alpha_i v_i. weights (n,),
-    non-negative and summing to 1. Returns the Axes."""
+    non-negative and summing to 1; `first`: the index of the first pair in the labels (1, or 0
+    to match Python's). Returns the Axes."""
     weights = torch.as_tensor(_numpy(weights))
     require_rank("weights", weights, (1,))
     if (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
         raise ValueError(f"weights {shape_of(weights)} must be non-negative and sum to 1")
     n = len(weights)
-    key_labels = key_labels or [f"$k_{{{i + 1}}}$" for i in range(n)]
-    value_labels = value_labels or [f"$v_{{{i + 1}}}$" for i in range(n)]
+    key_labels = key_labels or [f"$k_{{{i + first}}}$" for i in range(n)]
+    value_labels = value_labels or [f"$v_{{{i + first}}}$" for i in range(n)]
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 0.55 * n + 1.2), constrained_layout=True)
     rows = [n - 1 - i for i in range(n)]                          # first pair on top
@@ -109,9 +110,10 @@ def plot_attention_schematic(weights, key_labels=None, value_labels=None, query_
         width = 0.5 + 8 * alpha
         ax.plot([0.25, 1.75], [middle, row], color=OKABE_ITO[0], linewidth=width,
                 solid_capstyle="round", alpha=0.85)
-        on_line = middle + (row - middle) * 0.8                   # near the key's end
-        ax.text(1.45, on_line + 0.12, f"$\\alpha_{{{i + 1}}} = {alpha:.2f}$", ha="center",
-                va="bottom", fontsize=10, color=OKABE_ITO[0])
+        on_line = middle + (row - middle) * 0.55                  # past the line's middle
+        ax.text(1.1, on_line, f"$\\alpha_{{{i + first}}} = {alpha:.2f}$", ha="center",
+                va="center", fontsize=10, color=OKABE_ITO[0],
+                bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none"))
         ax.text(2.0, row, key_labels[i], ha="center", va="center", bbox=box, fontsize=11)
         ax.text(2.7, row, value_labels[i], ha="center", va="center", bbox=box, fontsize=11)
         ax.plot([2.95, 4.05], [row, middle], color=OKABE_ITO[1], linewidth=width, alpha=0.85)
