@@ -77,8 +77,9 @@ def add_learner_links(app, pagename, templatename, context, doctree):
         f'<img src="{pathto("_static/images/logo_colab.png", 1)}" alt="">Open in Colab</a>'
         f'<a class="course-download" href="{pathto("_sources/" + pagename + ".ipynb", 1)}" '
         'download>Download the notebook</a>'
-        '<span class="course-launch-note">the learner edition: exercises to do, '
-        'solutions kept here</span></p>')
+        '<span class="course-launch-note">the chapter without its solutions; '
+        f'<a href="{pathto("intro")}#how-to-read-it">on your own machine</a> it needs '
+        'the course package</span></p>')
     context["body"] = context["body"].replace("</h1>", "</h1>\n" + badge, 1)
 
 

@@ -274,7 +274,9 @@ def test_learner_edition_numbers_and_cites_as_the_website_does(chapter, site):
     assert citations
     for anchor, shown in citations:
         assert learner.citation_text(key_of[anchor]) == shown, (anchor, shown)
-    figures = [" ".join(c.get_text().split()) for c in page.select("figure figcaption")]
+    smart = str.maketrans("‘’“”", "''\"\"")  # Sphinx's smart quotes, undone
+    figures = [" ".join(c.get_text().split()).translate(smart)
+               for c in page.select("figure figcaption")]
     notebook = nbformat.read(ROOT / "notebooks" / chapter.name, as_version=4)
     learner_figures = [c.source for c in notebook.cells if c.source.startswith("*Figure ")]
     assert learner_figures  # the figures of the lecture (those of solutions stay online)
