@@ -197,3 +197,17 @@ def test_gradcheck_of_the_in_place_masked_paths(mask):
                "float with -inf": {"attn_mask": bias}}[mask]
     assert torch.autograd.gradcheck(
         lambda *qkv: scaled_dot_product_attention(*qkv, **options)[0], (q, k, v))
+
+
+def test_broadcast_shape_follows_pytorchs_rule():
+    from attention_course._shapes import broadcast_shape
+
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(500):
+        shapes = [tuple(torch.randint(1, 4, (int(torch.randint(0, 4, (1,), generator=generator)),),
+                                      generator=generator).tolist()) for _ in range(3)]
+        try:
+            expected = tuple(torch.broadcast_shapes(*shapes))
+        except RuntimeError:
+            expected = None
+        assert broadcast_shape(*shapes) == expected, shapes

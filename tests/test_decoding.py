@@ -365,3 +365,78 @@ def test_a_blocks_attention_weights_follow_the_mask_and_sum_to_one():
     assert weights.shape == (2, HEADS, 9, 9)
     assert torch.all(weights[..., ~allowed] == 0)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, HEADS, 9).double())
+
+
+def greedy_by_hand(model, ids, steps, stop_id):
+    """Greedy decoding by full passes; a row that produced stop_id repeats it."""
+    tokens = ids
+    for _ in range(steps):
+        with torch.no_grad():
+            next_token = model(tokens)[:, -1].argmax(-1, keepdim=True)
+        done = (tokens[:, ids.shape[1]:] == stop_id).any(-1, keepdim=True)
+        tokens = torch.cat([tokens, next_token.masked_fill(done, stop_id)], dim=1)
+        if (tokens[:, ids.shape[1]:] == stop_id).any(-1).all():
+            break
+    return tokens
+
+
+def test_generation_stops_once_every_row_produced_the_stop_token():
+    model, ids = tiny(), token_ids(3, 4, seed=1)
+    free = model.generate(ids, 12)
+    stop_id = free[0, 6].item()  # a token row 0 produces at its third new step
+    stopped = model.generate(ids, 12, stop_id=stop_id)
+    assert stopped.tolist() == greedy_by_hand(model, ids, 12, stop_id).tolist()
+    assert stopped.shape[1] <= free.shape[1]
+    assert stopped[0, 6:].eq(stop_id).all()  # row 0 repeats it once it has stopped
+    assert model.generate(ids, 12, stop_id=stop_id, use_cache=False).equal(stopped)
+    with pytest.raises(ValueError, match="stop_id"):
+        model.generate(ids, 3, stop_id=-1)
+
+
+def test_a_real_models_sizes_tied_embeddings_and_norm_eps():
+    model = TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, hidden_dim=HIDDEN,
+                        base=500.0, norm_eps=1e-5, tie_embeddings=True)
+    assert model.lm_head.weight is model.embed.weight
+    assert {m.eps for m in model.modules() if isinstance(m, torch.nn.RMSNorm)} == {1e-5}
+    assert {block.base for block in model.blocks} == {500.0}
+    assert model.blocks[0].gate_proj.out_features == HIDDEN
+    untied = TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, hidden_dim=HIDDEN)
+    assert untied.lm_head.weight is not untied.embed.weight
+    assert sum(p.numel() for p in untied.parameters()) - sum(
+        p.numel() for p in model.parameters()) == VOCAB * WIDTH  # one matrix fewer
+
+
+def test_forward_with_weights_gives_the_logits_and_each_blocks_own_weights():
+    """Layer by layer, the weights a block's attend() gives on the previous block's output."""
+    model, ids = tiny(), token_ids(2, 7, seed=3)
+    logits, weights = model.forward_with_weights(ids)
+    with torch.no_grad():
+        torch.testing.assert_close(logits, model(ids), rtol=0, atol=0)
+    positions = torch.arange(7)
+    x = model.embed(ids)
+    with torch.no_grad():
+        for block, got in zip(model.blocks, weights):
+            _, expected = block.attend(block.attention_norm(x), positions)
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+            x = block(x, positions)
+    assert len(weights) == LAYERS and weights[0].shape == (2, HEADS, 7, 7)
+    torch.testing.assert_close(weights[-1].sum(-1), torch.ones(2, HEADS, 7, dtype=x.dtype))
+
+
+@pytest.mark.parametrize("window, sinks", [(3, 0), (3, 2)])
+def test_a_windowed_model_reads_as_one_built_with_the_window(window, sinks):
+    model, ids = tiny(), token_ids(2, 9, seed=4)
+    built = tiny(window=window, sinks=sinks)  # the same seed: the same weights
+    with torch.no_grad():
+        full = model(ids)
+        with model.windowed(window, sinks):
+            torch.testing.assert_close(model(ids), built(ids), rtol=0, atol=0)
+            caches = model.new_caches()
+            assert (caches[0].window, caches[0].sinks) == (window, sinks)
+            chunked = torch.cat([model(ids[:, :4], caches), model(ids[:, 4:], caches)], 1)
+            torch.testing.assert_close(chunked, built(ids), rtol=0, atol=1e-12)
+        torch.testing.assert_close(model(ids), full, rtol=0, atol=0)  # restored
+    assert model.window is None and all(b.window is None for b in model.blocks)
+    with pytest.raises(ValueError, match="sinks need a window"):
+        with model.windowed(None, 2):
+            pass

@@ -1,5 +1,7 @@
 """Input validation shared by the package: every failure is a ValueError that names the shapes."""
 
+import itertools
+
 import torch
 
 
@@ -45,3 +47,16 @@ def require_positive(name, value):
     tensor = torch.as_tensor(value)
     if not (tensor > 0).all():
         raise ValueError(f"{name} must be positive, got {value}")
+
+
+def broadcast_shape(*shapes):
+    """The shape that `shapes` broadcast to, or None where they do not (PyTorch's rule: sizes
+    compared from the right, equal or 1). A plain-Python torch.broadcast_shapes, which costs
+    tens of microseconds a call: too much for every step of a decoder."""
+    result = []
+    for sizes in itertools.zip_longest(*(reversed(tuple(s)) for s in shapes), fillvalue=1):
+        distinct = {size for size in sizes if size != 1}
+        if len(distinct) > 1:
+            return None
+        result.append(distinct.pop() if distinct else 1)
+    return tuple(reversed(result))

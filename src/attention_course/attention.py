@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from ._shapes import require_rank, require_tensor, shape_of
+from ._shapes import broadcast_shape, require_rank, require_tensor, shape_of
 from .masking import HALF_PRECISION, causal_mask, masked_softmax, softmax_, softmax_with_mask_
 
 
@@ -19,11 +19,9 @@ def _check_qkv(query, key, value):
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(f"key {shape_of(key)} and value {shape_of(value)} must have the same "
                          "number of keys S (second-to-last dimension)")
-    try:
-        torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    except RuntimeError:
+    if broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2]) is None:
         raise ValueError(f"the batch dimensions of query {shape_of(query)}, key {shape_of(key)} "
-                         f"and value {shape_of(value)} do not broadcast") from None
+                         f"and value {shape_of(value)} do not broadcast")
 
 
 def _allowed_and_bias(attn_mask, is_causal, scores):
@@ -36,11 +34,7 @@ def _allowed_and_bias(attn_mask, is_causal, scores):
     if attn_mask is None:
         return None, None
     require_tensor("attn_mask", attn_mask)
-    try:
-        broadcast = torch.broadcast_shapes(attn_mask.shape, scores.shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != scores.shape:
+    if broadcast_shape(attn_mask.shape, scores.shape) != tuple(scores.shape):
         raise ValueError(f"attn_mask {shape_of(attn_mask)} does not broadcast to the scores "
                          f"(..., L, S) = {shape_of(scores)}")
     if attn_mask.dtype == torch.bool:

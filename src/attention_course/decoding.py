@@ -8,6 +8,8 @@ built from absolute positions, so a chunk of new queries against cached keys,
 a sliding window and attention sinks all use one rule.
 """
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -122,14 +124,15 @@ class KVCache:
             positions = torch.cat([self.positions, new])
         self.seen += key.shape[2]
         self.key_positions = positions
-        keep = torch.ones(len(positions), dtype=torch.bool)
+        self.keys, self.values, self.positions = keys, values, positions
         if self.window is not None:
             keep = (positions >= self.seen - self.window) | (
                 positions < self.sinks
             )
-        self.keys = keys[:, :, keep.to(keys.device)]
-        self.values = values[:, :, keep.to(values.device)]
-        self.positions = positions[keep]
+            if not keep.all():  # drop what fell out of the window
+                self.keys = keys[:, :, keep.to(keys.device)]
+                self.values = values[:, :, keep.to(values.device)]
+                self.positions = positions[keep]
         return keys, values
 
 
@@ -148,14 +151,15 @@ class DecoderBlock(nn.Module):
         window=None,
         sinks=0,
         base=10000.0,
+        norm_eps=1e-6,
     ):
         super().__init__()
         self.window, self.sinks, self.base = window, sinks, base
-        self.attention_norm = nn.RMSNorm(embed_dim, eps=1e-6)
+        self.attention_norm = nn.RMSNorm(embed_dim, eps=norm_eps)
         self.attention = GroupedQueryAttention(
             embed_dim, num_heads, num_kv_heads
         )
-        self.mlp_norm = nn.RMSNorm(embed_dim, eps=1e-6)
+        self.mlp_norm = nn.RMSNorm(embed_dim, eps=norm_eps)
         self.gate_proj = nn.Linear(embed_dim, hidden_dim, bias=False)
         self.up_proj = nn.Linear(embed_dim, hidden_dim, bias=False)
         self.down_proj = nn.Linear(hidden_dim, embed_dim, bias=False)
@@ -166,8 +170,9 @@ class DecoderBlock(nn.Module):
         layer = self.attention
         q = split_heads(layer.q_proj(x), layer.num_heads)  # (batch, H, L, d_h)
         k, v = layer.project_kv(x)  # (batch, H_kv, L, d_h)
-        q = apply_rotary(q, positions, self.base)
-        k = apply_rotary(k, positions, self.base)  # rotated once, then cached
+        # queries and keys rotated in one call (keys once, then cached)
+        q, k = apply_rotary(torch.cat([q, k], dim=1), positions, self.base).split(
+            [q.shape[1], k.shape[1]], dim=1)
         key_positions = positions
         if cache is not None:
             k, v = cache.update(k, v)  # (batch, H_kv, S, d_h)
@@ -176,12 +181,19 @@ class DecoderBlock(nn.Module):
         heads, weights = grouped_attention(q, k, v, attn_mask=mask.to(x.device))
         return layer.out_proj(merge_heads(heads)), weights
 
-    def forward(self, x, positions, cache=None):
-        x = x + self.attend(self.attention_norm(x), positions, cache)[0]
+    def forward_with_weights(self, x, positions, cache=None):
+        """(the block's output (batch, L, embed_dim), its attention weights
+        (batch, H, L, S))."""
+        attended, weights = self.attend(self.attention_norm(x), positions, cache)
+        x = x + attended
         h = self.mlp_norm(x)
-        return x + self.down_proj(
+        x = x + self.down_proj(
             nn.functional.silu(self.gate_proj(h)) * self.up_proj(h)
         )
+        return x, weights
+
+    def forward(self, x, positions, cache=None):
+        return self.forward_with_weights(x, positions, cache)[0]
 
 
 class TinyDecoder(nn.Module):
@@ -192,6 +204,10 @@ class TinyDecoder(nn.Module):
     tokens already cached, at positions cache.seen onwards. generate(ids,
     max_new_tokens, use_cache=True) appends greedy tokens -> (batch, seq +
     max_new_tokens); with and without the cache the tokens are identical.
+
+    Keyword-only sizes of a real model (defaults: chapter 11's): hidden_dim of
+    the SwiGLU feed-forward (4 * embed_dim), the RoPE base, the RMSNorms' eps,
+    and tie_embeddings (the output projection reuses the embedding matrix).
     """
 
     def __init__(
@@ -206,6 +222,8 @@ class TinyDecoder(nn.Module):
         hidden_dim=None,
         sinks=0,
         base=10000.0,
+        norm_eps=1e-6,
+        tie_embeddings=False,
     ):
         super().__init__()
         _require_count("vocab_size", vocab_size, 1)
@@ -223,15 +241,36 @@ class TinyDecoder(nn.Module):
                 window,
                 sinks,
                 base,
+                norm_eps,
             )
             for _ in range(num_layers)
         )
-        self.norm = nn.RMSNorm(embed_dim, eps=1e-6)
+        self.norm = nn.RMSNorm(embed_dim, eps=norm_eps)
         self.lm_head = nn.Linear(embed_dim, vocab_size, bias=False)
+        if tie_embeddings:
+            self.lm_head.weight = self.embed.weight  # one matrix, two uses
 
     def new_caches(self):
         """One empty KVCache per layer, with the model's window and sinks."""
         return [KVCache(self.window, self.sinks) for _ in self.blocks]
+
+    @contextlib.contextmanager
+    def windowed(self, window, sinks=0):
+        """Within the block, the model reads through a sliding window of
+        `window` tokens and keeps the first `sinks` (masks and new caches
+        alike), as if built with them; its own settings come back after."""
+        _check_window(window, sinks)
+        saved = self.window, self.sinks
+        try:
+            self._set_window(window, sinks)
+            yield self
+        finally:
+            self._set_window(*saved)
+
+    def _set_window(self, window, sinks):
+        self.window, self.sinks = window, sinks
+        for block in self.blocks:
+            block.window, block.sinks = window, sinks
 
     def _check_ids(self, ids):
         require_rank("ids", ids, 2)
@@ -273,17 +312,40 @@ class TinyDecoder(nn.Module):
         return self.lm_head(self.norm(x))  # (batch, seq, vocab_size)
 
     @torch.no_grad()
-    def generate(self, ids, max_new_tokens, use_cache=True):
+    def forward_with_weights(self, ids):
+        """One pass over ids (batch, seq) without a cache: (logits (batch, seq,
+        vocab_size), every layer's attention weights, a list of (batch, H,
+        seq, seq))."""
+        self._check_ids(ids)
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x, weights = self.embed(ids), []
+        for block in self.blocks:
+            x, layer_weights = block.forward_with_weights(x, positions)
+            weights.append(layer_weights)
+        return self.lm_head(self.norm(x)), weights
+
+    @torch.inference_mode()
+    def generate(self, ids, max_new_tokens, use_cache=True, stop_id=None):
         """Greedy decoding: ids (batch, seq) -> (batch, seq + max_new_tokens).
         With the cache: one prefill pass over the prompt, then one token per
-        step; without it every step re-reads the whole sequence."""
+        step; without it every step re-reads the whole sequence. With stop_id
+        (an end-of-text token), decoding stops once every row has produced it
+        (rows that stopped earlier repeat it), so the result may be shorter."""
         self._check_ids(ids)
         _require_count("max_new_tokens", max_new_tokens, 0)
+        if stop_id is not None:
+            _require_count("stop_id", stop_id, 0)
         caches = self.new_caches() if use_cache else None
         tokens, new = ids, ids  # new: what the model reads next
+        stopped = torch.zeros(len(ids), 1, dtype=torch.bool, device=ids.device)
         for _ in range(max_new_tokens):
             logits = self(new, caches) if use_cache else self(tokens)
             next_token = logits[:, -1].argmax(-1, keepdim=True)  # (batch, 1)
+            if stop_id is not None:
+                next_token = next_token.masked_fill(stopped, stop_id)
+                stopped |= next_token == stop_id
             tokens = torch.cat([tokens, next_token], dim=1)
             new = next_token
+            if stopped.all():
+                break
         return tokens

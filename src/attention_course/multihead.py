@@ -4,7 +4,7 @@
 import torch
 from torch import nn
 
-from ._shapes import require_rank, shape_of
+from ._shapes import broadcast_shape, require_rank, require_tensor, shape_of
 from .attention import scaled_dot_product_attention
 
 
@@ -33,14 +33,39 @@ def _check_sequence(name, x, embed_dim):
         raise ValueError(f"{name} {shape_of(x)} must be (batch, seq, embed_dim={embed_dim})")
 
 
+def _grouped_mask(mask, scores_shape, kv_heads):
+    """A mask broadcastable to the scores (batch, H, L, S), laid out for (batch, H_kv, g, L,
+    S) (a ValueError names the shapes if it does not broadcast)."""
+    if mask is None:
+        return None
+    require_tensor("attn_mask", mask)
+    if broadcast_shape(mask.shape, scores_shape) != tuple(scores_shape):
+        raise ValueError(f"attn_mask {shape_of(mask)} does not broadcast to the scores "
+                         f"(batch, H, L, S) = {tuple(scores_shape)}")
+    if mask.dim() < 3:
+        return mask                      # (L, S) or (S,): the same for every head
+    group = scores_shape[1] // kv_heads
+    mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (b, H or 1, L, S)
+    if mask.shape[1] == 1:
+        return mask[:, :, None]          # (b, 1, 1, L, S)
+    return mask.reshape(mask.shape[0], kv_heads, group, *mask.shape[2:])
+
+
 def grouped_attention(q, k, v, attn_mask=None, is_causal=False):
     """Attention of query heads q (batch, H, L, d) over KV heads k, v (batch, H_kv, S, d), where
     query head h reads KV head h // (H // H_kv), as PyTorch's enable_gqa. Returns
     (output (batch, H, L, d_v), weights (batch, H, L, S))."""
-    group_size = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group_size, dim=1)  # (batch, H, S, d): each KV head serves its group
-    v = v.repeat_interleave(group_size, dim=1)
-    return scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+    batch, heads, length, _ = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    # query heads in groups of H // H_kv beside their shared KV head, read without a copy:
+    grouped = q.reshape(batch, kv_heads, group, length, q.shape[-1])
+    output, weights = scaled_dot_product_attention(
+        grouped, k[:, :, None], v[:, :, None],
+        attn_mask=_grouped_mask(attn_mask, (batch, heads, length, k.shape[2]), kv_heads),
+        is_causal=is_causal)
+    return (output.reshape(batch, heads, length, v.shape[-1]),   # (batch, H, L, d_v)
+            weights.reshape(batch, heads, length, k.shape[2]))   # (batch, H, L, S)
 
 
 class MultiHeadAttention(nn.Module):
