@@ -18,9 +18,11 @@ help:
 	@echo "make execute  re-run notebooks, store their outputs, rewrite the learner edition"
 	@echo "make bench    time each notebook; the masked/causal attention paths and half precision"
 
-$(READY): requirements.txt pyproject.toml
+$(READY): requirements.txt requirements-nodeps.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
+		-r requirements-nodeps.txt
 	touch $@
 
 book: $(READY)

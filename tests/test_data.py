@@ -162,3 +162,33 @@ def test_minilm_reference_is_checksum_verified(tmp_path):
     changed.write_text((data_dir() / "minilm_reference.json").read_text().replace("0.1", "0.2", 1))
     with pytest.raises(ValueError, match="was changed"):
         load_minilm_reference(changed)
+
+
+def test_smollm2_reference_is_checksum_verified(tmp_path):
+    from attention_course.data import load_smollm2_reference
+
+    prompts = load_smollm2_reference()
+    assert len(prompts) == 3
+    assert all(len(p["top_ids"]) == len(p["top_logits"]) == 10 and len(p["greedy"]) == 24
+               for p in prompts)
+    digest = hashlib.sha256((data_dir() / "smollm2_reference.json").read_bytes()).hexdigest()
+    assert digest in (data_dir() / "README.md").read_text()
+    changed = tmp_path / "smollm2_reference.json"
+    changed.write_text((data_dir() / "smollm2_reference.json").read_text().replace("1", "2", 1))
+    with pytest.raises(ValueError, match="was changed"):
+        load_smollm2_reference(changed)
+
+
+def test_execution_model_is_the_python_reference_section():
+    """The text is CPython 3.11's pydoc topic "execmodel" (the pinned Python's own copy)."""
+    import sys
+
+    from attention_course.data import load_execution_model
+    from pydoc_data.topics import topics
+
+    text = load_execution_model()
+    assert text.startswith("Execution model\n") and len(text) == 9527
+    if sys.version_info[:2] == (3, 11):
+        assert text == topics["execmodel"]
+    digest = hashlib.sha256((data_dir() / "execution_model.txt").read_bytes()).hexdigest()
+    assert digest in (data_dir() / "README.md").read_text()

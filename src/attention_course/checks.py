@@ -1179,3 +1179,92 @@ def check_ablate_head(fn, seed=0):
                         "columns of out_proj instead")
         _compare(got, expected, case, "ablated layer's output")
     _passed("your head ablation", len(cases))
+
+
+def _converter_permute(weight, num_heads):
+    """llama.cpp's convert_hf_to_gguf reordering of W_Q / W_K rows: half-split -> interleaved
+    (within each head, row i of the first half and row i of the second half become rows
+    2i and 2i + 1)."""
+    rows, columns = weight.shape
+    return (weight.reshape(num_heads, 2, rows // num_heads // 2, columns)
+            .transpose(1, 2).reshape(rows, columns))
+
+
+def _half_split_cases(seed):
+    """(name, half-split weight, num_heads): the original rows the answer must recover."""
+    shapes = [("1 head of 8", 1, 8, 5), ("3 heads of 8", 3, 8, 6),
+              ("9 heads of 64, as SmolLM2's W_Q", 9, 64, 7), ("2 heads of 2", 2, 2, 3)]
+    return [(name, _random((heads * head_dim, columns), seed, number), heads)
+            for number, (name, heads, head_dim, columns) in enumerate(shapes)]
+
+
+@_self_check
+def check_half_split_rows(fn, seed=0):
+    """Check fn(weight (num_heads * head_dim, in), num_heads) -> the same rows in the
+    half-split order: the inverse of the GGUF converter's reordering of W_Q and W_K."""
+    from .pretrained import smollm2
+
+    cases = _half_split_cases(seed)
+    for case, original, heads in cases:
+        gguf_rows = _converter_permute(original, heads)
+        got = _run(fn, (gguf_rows, heads), case,
+                   forbidden=(smollm2.interleaved_to_half_split,))
+        if isinstance(got, torch.Tensor) and got.shape == original.shape:
+            if torch.equal(got, _converter_permute(gguf_rows, heads)) and not torch.equal(
+                    got, original):
+                raise CheckFailed(f"case '{case}': you applied the converter's reordering "
+                                  "again; undo it: rows 2i and 2i + 1 of each head go back "
+                                  "to rows i and i + head_dim / 2")
+            whole = gguf_rows.reshape(1, -1, 2, gguf_rows.shape[1]).transpose(1, 2)
+            if heads > 1 and torch.equal(got, whole.reshape(gguf_rows.shape)):
+                raise CheckFailed(f"case '{case}': you reordered the rows of all heads "
+                                  "together; each head's rows are reordered on their own "
+                                  "(reshape to (num_heads, head_dim // 2, 2, in) first)")
+        _compare(got, original, case, "rows", atol=0)
+    _passed("your reordering of W_Q and W_K rows", len(cases))
+
+
+def _induction_cases(seed):
+    """(name, weights (layers, batch, H, 2T, 2T) rows summing to 1 under a causal mask, T)."""
+    cases = []
+    for number, (layers, batch, heads, period) in enumerate(
+            [(1, 1, 2, 3), (2, 3, 4, 5), (3, 2, 3, 8)]):
+        n = 2 * period
+        scores = _random((layers, batch, heads, n, n), seed, number)
+        causal = torch.ones(n, n, dtype=torch.bool).tril()
+        weights = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+        cases.append((f"{layers} layers, {heads} heads, period {period}", weights, period))
+    return cases
+
+
+def _attention_at_offset(weights, period, shift):
+    """Mean weight of second-copy queries i on key i - period + shift, by loops."""
+    layers, batch, heads, n, _ = weights.shape
+    scores = torch.zeros(layers, heads, dtype=weights.dtype)
+    for query in range(period, n):
+        scores += weights[:, :, :, query, query - period + shift].mean(dim=1)
+    return scores / (n - period)
+
+
+@_self_check
+def check_induction_scores(fn, seed=0):
+    """Check fn(weights (layers, batch, H, 2T, 2T), period T) -> (layers, H): for a sequence
+    of T tokens repeated twice, the mean weight each head puts, from every query i of the
+    second copy, on key i - T + 1 (the token after the earlier occurrence of token i)."""
+    cases = _induction_cases(seed)
+    for case, weights, period in cases:
+        expected = _attention_at_offset(weights, period, shift=1)
+        got = _run(fn, (weights, period), case)
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            if torch.allclose(got, _attention_at_offset(weights, period, shift=0)):
+                raise CheckFailed(f"case '{case}': you measured the weight on key i - T, the "
+                                  "earlier occurrence of the same token (a duplicate-token "
+                                  "head); an induction head looks at the token after it, "
+                                  "i - T + 1")
+            whole = torch.stack([weights[..., i, i - period + 1] for i in range(
+                period - 1, 2 * period)], dim=-1).mean(dim=(1, -1))
+            if torch.allclose(got, whole):
+                raise CheckFailed(f"case '{case}': average over the queries of the second "
+                                  f"copy only, i = T to 2T - 1 ({period} to {2 * period - 1})")
+        _compare(got, expected, case, "induction scores")
+    _passed("your induction scores", len(cases))

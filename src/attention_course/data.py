@@ -14,6 +14,8 @@ from ._shapes import require_positive
 MCYCLE_SHA256 = "93d06e3d834a5c21056b40f16fcd03c4384acff5020e273453d5cd62d730f0c8"
 ZEN_SHA256 = "e250f274f33b9b621a04264025d50e5fb9b1f989f444d13bb373882e734e996f"
 MINILM_REFERENCE_SHA256 = "20a5ebb4eeb5df73ab8a467cc7888ac714ac3b9f15dfa29ed258406bb72896c7"
+SMOLLM2_REFERENCE_SHA256 = "07c16fa1c38c7ec2a3026d05876bef184a2d32f1823126f0592a21d3eb7cd711"
+EXECUTION_MODEL_SHA256 = "607922e2f0b29a54ba29f506445adcfcb26d74506d169b8a5db28fe8752d293b"
 
 
 def data_dir():
@@ -60,6 +62,24 @@ def load_minilm_reference(path=None):
     path = pathlib.Path(path) if path else data_dir() / "minilm_reference.json"
     record = json.loads(_verified_bytes(path, MINILM_REFERENCE_SHA256))
     return record["sentences"], torch.tensor(record["embeddings"])
+
+
+def load_smollm2_reference(path=None):
+    """What transformers computes with SmolLM2-135M-Instruct (chapter 14's
+    reference): a list of dicts, one per prompt, with its "text", token "ids",
+    the ten largest last-position logits ("top_ids", "top_logits") and 24
+    greedy tokens ("greedy"). Checksum-verified; scripts/smollm2_reference.py
+    wrote it."""
+    path = pathlib.Path(path) if path else data_dir() / "smollm2_reference.json"
+    return json.loads(_verified_bytes(path, SMOLLM2_REFERENCE_SHA256))["prompts"]
+
+
+def load_execution_model(path=None):
+    """"Execution model", a section of the Python Language Reference (CPython
+    3.11's pydoc topic "execmodel", PSF License), 9,527 characters: the long
+    real text chapter 14 streams through a language model. Checksum-verified."""
+    path = pathlib.Path(path) if path else data_dir() / "execution_model.txt"
+    return _verified_bytes(path, EXECUTION_MODEL_SHA256).decode()
 
 
 def load_zen_of_python(path=None):

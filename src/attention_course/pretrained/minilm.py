@@ -1,4 +1,4 @@
-"""A real pretrained model, run with the course's own layers (chapter 13).
+"""all-MiniLM-L6-v2, a real pretrained encoder, run with the course's own layers (chapter 13).
 
 all-MiniLM-L6-v2 is a sentence encoder: a 6-layer, 12-head, 384-wide
 BERT-style encoder (Devlin et al. 2019; heads of 32 dimensions). Its model
@@ -12,7 +12,6 @@ Every attention layer is the course's `MultiHeadAttention` with the model's
 weights copied in; padded batches use the course's `valid_lens_mask`.
 """
 
-import contextlib
 import dataclasses
 import json
 import pathlib
@@ -20,9 +19,9 @@ import pathlib
 import torch
 from torch import nn
 
-from ._shapes import require_rank, shape_of
-from .masking import valid_lens_mask
-from .multihead import MultiHeadAttention
+from .._shapes import require_rank, shape_of
+from ..masking import valid_lens_mask
+from ..multihead import MultiHeadAttention
 
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
 IGNORED_WEIGHTS = ("embeddings.position_ids", "pooler.dense.weight",
@@ -255,58 +254,3 @@ def embed_sentences(encoder, tokenizer, sentences):
     batch = tokenize(tokenizer, sentences, device=device)
     with torch.no_grad():
         return encoder.embed(batch.ids, batch.valid_lens)
-
-
-@contextlib.contextmanager
-def ablated_heads(encoder, heads):
-    """Within the block, each (layer, head) in `heads` contributes nothing:
-    its head_dim (32) input columns of that layer's out_proj are zeroed, which
-    is the same as zeroing the head's output. The weights come back after."""
-    heads = [(int(layer), int(head)) for layer, head in heads]
-    n_layers, n_heads = encoder.config.num_layers, encoder.config.num_heads
-    for layer, head in heads:
-        if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            raise ValueError(f"head ({layer}, {head}) outside the model's "
-                             f"{n_layers} layers of {n_heads} heads")
-    saved = {layer: encoder.layers[layer].attention.out_proj.weight.clone()
-             for layer, _ in heads}
-    try:
-        with torch.no_grad():
-            for layer, head in heads:
-                attention = encoder.layers[layer].attention
-                columns = slice(head * attention.head_dim,
-                                (head + 1) * attention.head_dim)
-                attention.out_proj.weight[:, columns] = 0
-        yield encoder
-    finally:
-        with torch.no_grad():
-            for layer, weight in saved.items():
-                encoder.layers[layer].attention.out_proj.weight.copy_(weight)
-
-
-def attention_to(weights, targets, valid_lens):
-    """How much attention each head puts on a pattern's target keys.
-
-    weights: a sequence of (batch, H, L, L) tensors (one per layer);
-    targets: bool (batch, L, L), True where key j is a target of query i.
-    Returns (per_head (layers, H), per_sentence (batch, layers, H)): the
-    weight on the targets summed over keys and averaged over the valid
-    queries that have at least one target (pooled over all sentences for
-    per_head). A sentence without any such query raises ValueError.
-    """
-    weights = torch.stack(tuple(weights), dim=1)  # (batch, layers, H, L, L)
-    require_rank("targets", targets, 3)
-    if targets.shape != weights.shape[:1] + weights.shape[-2:]:
-        raise ValueError(f"targets {shape_of(targets)} must be (batch, L, L) "
-                         f"for weights {shape_of(weights)}")
-    length = targets.shape[-1]
-    valid = valid_lens_mask(valid_lens, 1, length)[:, 0]  # (batch, L)
-    counted = targets.any(-1) & valid                     # (batch, L queries)
-    if not counted.any(-1).all():
-        missing = (~counted.any(-1)).nonzero().flatten().tolist()
-        raise ValueError(f"sentences {missing} have no query with a target")
-    on_targets = (weights * targets[:, None, None].to(weights.dtype)).sum(-1)
-    counted = counted[:, None, None].to(weights.dtype)    # (batch, 1, 1, L)
-    per_sentence = (on_targets * counted).sum(-1) / counted.sum(-1)
-    per_head = (on_targets * counted).sum((0, -1)) / counted.sum((0, -1))
-    return per_head, per_sentence

