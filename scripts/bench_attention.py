@@ -11,6 +11,9 @@
 4. Tiled attention (`flash_attention`, blocks of 128) at L = 4096 and 8192, one head of size 64,
    float32, one thread: its time (median of 3) and peak extra memory relative to the naive three lines and to
    PyTorch's fused kernel (memory measured in fresh processes by `peak_extra_memory`).
+5. Greedy decoding of 128 tokens with SmolLM2-135M-Instruct (chapter 14), float32, one thread:
+   the course's `TinyDecoder.generate` with its KV cache against `transformers`' own `generate`
+   with its cache, same weights (the same GGUF file), same prompt, runs alternated, best of 3.
 """
 
 import math
@@ -140,6 +143,37 @@ def tiled_against_others(lengths=(4096, 8192)):
     return rows
 
 
+def decoding_against_transformers(new_tokens=128, repeats=3):
+    """(course tokens/s, transformers tokens/s, how many leading new tokens the two share):
+    greedy, one thread, best of `repeats`. (In float32 the two sum in different orders; over
+    128 tokens a near-tie may fall either way, after which the texts differ.)"""
+    from transformers import AutoModelForCausalLM
+
+    from attention_course.pretrained import gguf_path, load_smollm2
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    path = gguf_path()
+    theirs = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                  dtype=torch.float32).eval()
+    ours, tokenizer = load_smollm2()
+    prompt = torch.tensor([tokenizer.encode("The capital of France is").ids])
+    runs = {"course": lambda: ours.generate(prompt, new_tokens),
+            "transformers": lambda: theirs.generate(
+                prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                do_sample=False, pad_token_id=0)}
+    texts = [run()[0, prompt.shape[1]:] for run in runs.values()]  # and warm up
+    shared = int((texts[0] != texts[1]).int().cumsum(0).eq(0).sum())
+    best = {name: math.inf for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - start)
+    torch.set_num_threads(threads)
+    return new_tokens / best["course"], new_tokens / best["transformers"], shared
+
+
 def main():
     torch.manual_seed(0)
     q, k, v = inputs(**SHAPE)
@@ -168,6 +202,12 @@ def main():
                   f"vs {name}: time x{seconds / rows[name, length][0]:.2f}, "
                   f"memory x{memory / rows[name, length][1]:.3f}"
                   for name in ("naive", "sdpa")))
+    ours, theirs, shared = decoding_against_transformers()
+    print("\nSmolLM2-135M-Instruct, greedy decoding of 128 tokens with a KV cache, float32, "
+          "one thread")
+    print(f"course TinyDecoder.generate: {ours:.1f} tokens/s; transformers generate: "
+          f"{theirs:.1f} tokens/s; ratio {ours / theirs:.2f} (the first {shared} tokens "
+          "identical)")
 
 
 if __name__ == "__main__":
