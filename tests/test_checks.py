@@ -677,33 +677,32 @@ def test_half_split_rows_check_accepts_a_loop_and_names_the_usual_slips():
         checks.check_half_split_rows(attention_course.pretrained.interleaved_to_half_split)
 
 
-def induction_by_loops(weights, period):
-    layers, batch, heads, n, _ = weights.shape
-    scores = torch.zeros(layers, heads, dtype=weights.dtype)
-    for layer in range(layers):
-        for head in range(heads):
-            values = [weights[layer, b, head, i, i - period + 1].item()
-                      for b in range(batch) for i in range(period, n)]
-            scores[layer, head] = sum(values) / len(values)
-    return scores
+def induction_targets_by_loops(ids):
+    """Key s follows an earlier occurrence of query t's token, by loops."""
+    length = len(ids)
+    targets = torch.zeros(length, length, dtype=torch.bool)
+    for t in range(length):
+        for s in range(1, t + 1):
+            targets[t, s] = bool(ids[s - 1] == ids[t])
+    return targets
 
 
-def test_induction_scores_check_accepts_loops_and_names_the_usual_slips():
-    checks.check_induction_scores(induction_by_loops)
+def test_induction_targets_check_accepts_loops_and_names_the_usual_slips():
+    for seed in (0, 1, 2):
+        checks.check_induction_targets(induction_targets_by_loops, seed=seed)
 
-    def duplicate_token(weights, period):
-        n = weights.shape[-1]
-        rows = torch.arange(period, n)
-        return weights[..., rows, rows - period].mean(dim=(1, -1))
+    def duplicate_token(ids):
+        same = ids[None, :] == ids[:, None]
+        return same & torch.ones_like(same).tril(-1)
 
-    def both_copies(weights, period):
-        n = weights.shape[-1]
-        rows = torch.arange(period - 1, n)
-        return weights[..., rows, rows - period + 1].mean(dim=(1, -1))
+    def not_causal(ids):
+        targets = torch.zeros(len(ids), len(ids), dtype=torch.bool)
+        targets[:, 1:] = ids[None, :-1] == ids[:, None]
+        return targets
 
     with pytest.raises(CheckFailed, match="duplicate-token"):
-        checks.check_induction_scores(duplicate_token)
-    with pytest.raises(CheckFailed, match="second copy only"):
-        checks.check_induction_scores(both_copies)
-    for seed in (1, 2):
-        checks.check_induction_scores(induction_by_loops, seed=seed)
+        checks.check_induction_targets(duplicate_token)
+    with pytest.raises(CheckFailed, match="after its query"):
+        checks.check_induction_targets(not_causal)
+    with pytest.raises(CheckFailed, match="bool"):
+        checks.check_induction_targets(lambda ids: induction_targets_by_loops(ids).int())

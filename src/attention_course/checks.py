@@ -1224,47 +1224,44 @@ def check_half_split_rows(fn, seed=0):
     _passed("your reordering of W_Q and W_K rows", len(cases))
 
 
-def _induction_cases(seed):
-    """(name, weights (layers, batch, H, 2T, 2T) rows summing to 1 under a causal mask, T)."""
-    cases = []
-    for number, (layers, batch, heads, period) in enumerate(
-            [(1, 1, 2, 3), (2, 3, 4, 5), (3, 2, 3, 8)]):
-        n = 2 * period
-        scores = _random((layers, batch, heads, n, n), seed, number)
-        causal = torch.ones(n, n, dtype=torch.bool).tril()
-        weights = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
-        cases.append((f"{layers} layers, {heads} heads, period {period}", weights, period))
-    return cases
+def _induction_target_cases(seed):
+    """(name, ids (L,)): token sequences with repeats, so that targets exist."""
+    generator = _generator(seed)
+    return [("12 tokens from 4", torch.randint(0, 4, (12,), generator=generator)),
+            ("30 tokens from 6", torch.randint(0, 6, (30,), generator=generator)),
+            ("9 tokens repeated once", torch.randperm(9, generator=generator).repeat(2))]
 
 
-def _attention_at_offset(weights, period, shift):
-    """Mean weight of second-copy queries i on key i - period + shift, by loops."""
-    layers, batch, heads, n, _ = weights.shape
-    scores = torch.zeros(layers, heads, dtype=weights.dtype)
-    for query in range(period, n):
-        scores += weights[:, :, :, query, query - period + shift].mean(dim=1)
-    return scores / (n - period)
+def _targets_by_loops(ids, shift):
+    """Bool (L, L): key s with ids[s - shift] == ids[t], shift <= s <= t."""
+    length = len(ids)
+    targets = torch.zeros(length, length, dtype=torch.bool)
+    for t in range(length):
+        for s in range(shift, t + 1):
+            targets[t, s] = bool(ids[s - shift] == ids[t])
+    return targets
 
 
 @_self_check
-def check_induction_scores(fn, seed=0):
-    """Check fn(weights (layers, batch, H, 2T, 2T), period T) -> (layers, H): for a sequence
-    of T tokens repeated twice, the mean weight each head puts, from every query i of the
-    second copy, on key i - T + 1 (the token after the earlier occurrence of token i)."""
-    cases = _induction_cases(seed)
-    for case, weights, period in cases:
-        expected = _attention_at_offset(weights, period, shift=1)
-        got = _run(fn, (weights, period), case)
+def check_induction_targets(fn, seed=0):
+    """Check fn(ids (L,)) -> bool (L, L), True where key s follows an earlier occurrence of
+    query t's token: ids[s - 1] == ids[t], 1 <= s <= t (an induction head's targets)."""
+    cases = _induction_target_cases(seed)
+    for case, ids in cases:
+        expected = _targets_by_loops(ids, shift=1)
+        got = _run(fn, (ids.clone(),), case)
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-            if torch.allclose(got, _attention_at_offset(weights, period, shift=0)):
-                raise CheckFailed(f"case '{case}': you measured the weight on key i - T, the "
-                                  "earlier occurrence of the same token (a duplicate-token "
-                                  "head); an induction head looks at the token after it, "
-                                  "i - T + 1")
-            whole = torch.stack([weights[..., i, i - period + 1] for i in range(
-                period - 1, 2 * period)], dim=-1).mean(dim=(1, -1))
-            if torch.allclose(got, whole):
-                raise CheckFailed(f"case '{case}': average over the queries of the second "
-                                  f"copy only, i = T to 2T - 1 ({period} to {2 * period - 1})")
-        _compare(got, expected, case, "induction scores")
-    _passed("your induction scores", len(cases))
+            if got.dtype != torch.bool:
+                raise CheckFailed(f"case '{case}': return a bool matrix, got {got.dtype}")
+            if torch.equal(got, _targets_by_loops(ids, shift=0) & ~torch.eye(
+                    len(ids), dtype=torch.bool)):
+                raise CheckFailed(f"case '{case}': you marked the earlier occurrence of the "
+                                  "token itself (a duplicate-token head's target); an "
+                                  "induction head looks at the key after it, s with "
+                                  "ids[s - 1] == ids[t]")
+            if (got & ~torch.ones_like(got).tril()).any():
+                raise CheckFailed(f"case '{case}': a key after its query is marked; a decoder "
+                                  "query t sees only keys s <= t")
+        _compare(got.to(torch.int64) if isinstance(got, torch.Tensor) else got,
+                 expected.to(torch.int64), case, "targets", atol=0)
+    _passed("your induction targets", len(cases))
