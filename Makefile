@@ -5,10 +5,11 @@ BIN    := $(VENV)/bin
 READY  := $(VENV)/.requirements-installed
 PORT   ?= 8000
 
-.PHONY: help book test notebooks student nbgrader otter serve execute bench clean
+.PHONY: help book pdf test notebooks student nbgrader otter serve execute bench clean
 
 help:
-	@echo "make book     build the website into _build/html (warnings are errors)"
+	@echo "make book     build the website into _build/html (warnings are errors) and its PDFs"
+	@echo "make pdf      the same: the PDFs are in _build/html/pdf"
 	@echo "make test     everything CI checks: package, notebooks, book, Colab, browser, student"
 	@echo "make notebooks the learner edition in notebooks/ (what Colab opens): no solutions"
 	@echo "make student  the student edition: _build/student/{notebooks,_build/html}"
@@ -27,6 +28,8 @@ $(READY): requirements.txt requirements-nodeps.txt pyproject.toml
 
 book: $(READY)
 	$(BIN)/python scripts/book.py
+
+pdf: book
 
 test: $(READY)
 	$(BIN)/python -m pytest tests chapters templates --nbval -p no:cacheprovider -rs --durations=30

@@ -1,26 +1,34 @@
 """Build a Jupyter Book site with the course's strict settings (used by make book, make student
-and the tests, so there is one build command).
+and the tests, so there is one build command), and print it to PDF (scripts/pdf.py).
 
-    python scripts/book.py [SOURCE_DIR] [OUTPUT_DIR]
+    python scripts/book.py [SOURCE_DIR] [OUTPUT_DIR] [--no-pdf]
 """
 
 import pathlib
 import subprocess
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import pdf  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def build(source=ROOT, output=ROOT):
-    """Build `source` into `output`/_build/html; any Sphinx warning fails the build. Every
-    page is written anew (--all): Sphinx skips its static files when no page changed."""
+def build(source=ROOT, output=ROOT, pdfs=tuple(pdf.EDITIONS)):
+    """Build `source` into `output`/_build/html, then print the `pdfs` editions into its pdf/
+    folder; any Sphinx warning fails the build. Every page is written anew (--all): Sphinx
+    skips its static files when no page changed."""
     jupyter_book = pathlib.Path(sys.executable).parent / "jupyter-book"
     command = [str(jupyter_book), "build", str(source), "--path-output", str(output),
                "-W", "-n", "--keep-going", "--all"]
     subprocess.run(command, check=True)
-    return pathlib.Path(output) / "_build" / "html"
+    html = pathlib.Path(output) / "_build" / "html"
+    if pdfs:
+        pdf.write_pdfs(html, pdfs, pathlib.Path(source))
+    return html
 
 
 if __name__ == "__main__":
-    arguments = [pathlib.Path(a) for a in sys.argv[1:3]]
-    build(*arguments)
+    arguments = [a for a in sys.argv[1:] if a != "--no-pdf"]
+    build(*[pathlib.Path(a) for a in arguments[:2]],
+          **({"pdfs": ()} if "--no-pdf" in sys.argv else {}))

@@ -11,7 +11,9 @@ Otter: DIR/<stem>/<stem>.ipynb in Otter Assign's format. Then
 autograder zip.
 
 NN selects chapters by number (default: every chapter); --colab makes the Otter notebooks for
-students who work in Google Colab. The README has the whole workflow.
+students who work in Google Colab. The README has the whole workflow. Markdown cells are written
+as plain Markdown (scripts/learner.py), as JupyterLab and Colab render it, without links to the
+website's solutions.
 """
 
 import argparse
@@ -23,6 +25,7 @@ import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import exercises  # noqa: E402
+import learner  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
@@ -85,7 +88,9 @@ def write_nbgrader(paths, out):
     (out / "nbgrader_config.py").write_text(NBGRADER_CONFIG)
     for path in paths:
         source = nbformat.read(path, as_version=4)
-        notebook = _notebook_like(source, exercises.nbgrader_cells(source))
+        cells = learner.plain_markdown(exercises.nbgrader_cells(source), path,
+                                       link_solutions=False)
+        notebook = _notebook_like(source, cells)
         folder = out / "source" / path.stem
         folder.mkdir(parents=True, exist_ok=True)
         nbformat.write(notebook, folder / path.name)
@@ -122,7 +127,9 @@ def write_otter(paths, out, colab=False):
     for path in paths:
         source = nbformat.read(path, as_version=4)
         config = otter_config(path.stem, colab, extras_needed(source))
-        notebook = _notebook_like(source, exercises.otter_cells(source, config))
+        cells = learner.plain_markdown(exercises.otter_cells(source, config), path,
+                                       link_solutions=False)
+        notebook = _notebook_like(source, cells)
         folder = out / path.stem
         folder.mkdir(parents=True, exist_ok=True)
         nbformat.write(notebook, folder / path.name)

@@ -232,16 +232,18 @@ class Chapter:
     """What the conversion of one chapter needs to know: its number and page, and how many
     exercises it has written so far (they are numbered as on the website)."""
 
-    def __init__(self, path):
+    def __init__(self, path, link_solutions=True):
         self.number, self.page, self.exercises = int(path.name[:2]), f"chapters/{path.stem}", 0
+        self.link_solutions = link_solutions  # not in a graded assignment
 
     def exercise(self, title, options, body):
         self.exercises += 1
-        label = options.get("label", "")
-        solution = page_url(self.page, re.sub(r"^ex-", "sol-", label))
-        return (f"### Exercise {self.number}.{self.exercises}: {title}\n\n{body}\n\n"
-                f"*Solution: [on the website]({solution}), folded under the exercise; "
-                "try first.*")
+        heading = f"### Exercise {self.number}.{self.exercises}: {title}\n\n{body}"
+        if not self.link_solutions:
+            return heading
+        solution = page_url(self.page, re.sub(r"^ex-", "sol-", options.get("label", "")))
+        return (f"{heading}\n\n*Solution: [on the website]({solution}), folded under the "
+                "exercise; try first.*")
 
     def note(self):
         return nbformat.v4.new_markdown_cell(
@@ -251,6 +253,15 @@ class Chapter:
             "Run the cells from the top: in Colab the first one installs the course's helper "
             "package. Each exercise has a cell for your answer; a coding exercise is followed "
             "by a check cell that says whether your code is right.")
+
+
+def plain_markdown(cells, path, link_solutions=True):
+    """The cells with every markdown cell's MyST written as plain Markdown (in place)."""
+    chapter = Chapter(path, link_solutions)
+    for cell in cells:
+        if cell.cell_type == "markdown":
+            cell.source = convert_markdown(cell.source, chapter)
+    return cells
 
 
 def caption_cell(chapter, number, cell):

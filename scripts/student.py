@@ -24,7 +24,8 @@ import exercises  # noqa: E402
 import learner  # noqa: E402
 
 ROOT = book.ROOT
-BOOK_FILES = ["_toc.yml", "intro.md", "bibliography.md", "references.bib"]
+BOOK_FILES = ["intro.md", "glossary.md", "licences.md", "bibliography.md", "references.bib"]
+INSTRUCTOR_PAGES = ["instructors"]  # left out of the student edition
 BOOK_FOLDERS = ["_ext", "_static", "notebooks"]
 NOTICE = ("\n```{note}\nThis is the **student edition**: solutions are not included. Coding "
           "exercises have a stub for your answer and a cell that checks it; written exercises "
@@ -45,6 +46,10 @@ def write_source_tree(source):
     (source / "chapters").mkdir(parents=True, exist_ok=True)
     for name in BOOK_FILES:
         shutil.copy(ROOT / name, source / name)
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    for part in toc["parts"]:
+        part["chapters"] = [c for c in part["chapters"] if c["file"] not in INSTRUCTOR_PAGES]
+    (source / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
     for name in BOOK_FOLDERS:
         shutil.copytree(ROOT / name, source / name)
     intro = (source / "intro.md").read_text()
@@ -58,13 +63,14 @@ def write_source_tree(source):
         nbformat.write(student_notebook(path), source / "chapters" / path.name)
 
 
-def main(output=ROOT / "_build" / "student"):
+def main(output=ROOT / "_build" / "student", pdfs=("learner",)):
+    """The student edition in `output`; `pdfs`: the PDF editions to print (the learner one)."""
     output = pathlib.Path(output).resolve()
     shutil.rmtree(output, ignore_errors=True)
     learner.main(["--check"])
     write_source_tree(output / "source")
     shutil.copytree(ROOT / "notebooks", output / "notebooks")
-    html = book.build(output / "source", output)
+    html = book.build(output / "source", output, pdfs)
     print(f"student notebooks: {output / 'notebooks'}\nstudent website: {html}")
 
 

@@ -16,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import exercises  # noqa: E402
 import graders  # noqa: E402
+import learner  # noqa: E402
 from chapter_pool import for_each_chapter, result_for  # noqa: E402
 from solution_text import hidden_test_lines, solution_fragments  # noqa: E402
 
@@ -97,8 +98,12 @@ def test_nbgrader_release_has_no_solution_and_valid_cells(chapter, course):
         e.record.get("points", 0) + e.record.get("hidden_points", 0) + e.written_points
         for e in found)
     assert sum("YOUR ANSWER HERE" in c.source for c in cells) == len(written)
-    lecture = [c for c in instructor.cells if "Summary" in c.source][0]
-    assert any(c.source == lecture.source for c in cells), "the lecture part is kept"
+    summary = [c for c in instructor.cells if "Summary" in c.source][0]
+    plain = learner.convert_markdown(summary.source, learner.Chapter(chapter, False))
+    assert any(c.source == plain for c in cells), "the lecture part is kept"
+    prompts = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    assert ":::{" not in prompts and "{cite}" not in prompts and "### Exercise" in prompts
+    assert "#sol-" not in prompts, "an assignment links to no solution"
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,9 @@
 """The website as a reader sees it: the book is built and served on 127.0.0.1, Debian's Chromium
 opens every chapter at a laptop's 1280 x 800 and 1440 x 900 and a phone's 400 x 800, with every
 folded solution opened, and measures what the page shows. Screenshots go to _build/screenshots/.
-Then every internal link and image of the site, and every link of the learner edition."""
+Then every internal link and image of the site, and every link of the learner edition; the
+instructors' tables and reading times against the notebooks; the licence on every page; the
+index, the glossary and the references; and the two PDFs the build prints."""
 
 import base64
 import hashlib
@@ -22,7 +24,10 @@ from browser import launched, open_page, screenshot, served
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import book  # noqa: E402  (the same build command as `make book`)
+import exercises  # noqa: E402
 import learner  # noqa: E402
+import pdf  # noqa: E402
+from solution_text import solution_fragments  # noqa: E402
 
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -287,3 +292,147 @@ def test_learner_edition_numbers_and_cites_as_the_website_does(chapter, site):
                  page.select(".exercise > .admonition-title")]
     headings = re.findall(r"### Exercise (\d+\.\d+): ", text)
     assert [e.split(" (")[0] for e in exercises] == [f"Exercise {n}" for n in headings]
+
+
+# ------------------------------------------------------- the instructors' guide and back matter
+
+def lecture_and_prompt_cells(notebook):
+    """What a reader reads: everything but the solutions and the hidden setup cells
+    (computed with scripts/exercises.py's reading of the chapter)."""
+    for item in exercises.parse(notebook):
+        cell = item.prompt if isinstance(item, exercises.Exercise) else item
+        if "remove-cell" not in cell.metadata.get("tags", []):
+            yield cell
+
+
+def table_rows(table):
+    return [[" ".join(td.get_text().split()) for td in tr.find_all(["td", "th"])]
+            for tr in table.find_all("tr")]
+
+
+def test_reading_times_are_counted_from_the_chapters(site):
+    page = BeautifulSoup((site / "intro.html").read_text(), "html.parser")
+    rows = {row[0].split(".")[0]: row for row in table_rows(page.select("table")[0])[1:-1]}
+    assert len(rows) == len(CHAPTERS)
+    for chapter in CHAPTERS:
+        cells = list(lecture_and_prompt_cells(nbformat.read(chapter, as_version=4)))
+        words = sum(len(c.source.split()) for c in cells if c.cell_type == "markdown")
+        lines = sum(len([x for x in c.source.splitlines() if x.strip()])
+                    for c in cells if c.cell_type == "code")
+        minutes = max(5, 5 * round((words / 125 + lines / 20) / 5))
+        row = rows[str(int(chapter.name[:2]))]
+        assert row[1:4] == [f"{words:,}", f"{lines:,}", f"{minutes} min"], (chapter.name, row)
+
+
+def test_the_instructors_tables_are_the_grading_records(site):
+    page = BeautifulSoup((site / "instructors.html").read_text(), "html.parser")
+    tables = {rubric.get_text().split(":")[0]: rubric.find_next("table")
+              for rubric in page.select("p.rubric") if rubric.get_text().startswith("Chapter")}
+    assert len(tables) == len(CHAPTERS)
+    for chapter in CHAPTERS:
+        found = exercises.exercises(nbformat.read(chapter, as_version=4))
+        rows = table_rows(tables[f"Chapter {int(chapter.name[:2])}"])[1:-1]
+        assert len(rows) == len(found)
+        for row, exercise in zip(rows, found):
+            record, title = exercise.record, exercise.prompt.source.splitlines()[0]
+            stars = re.search(r"\((★+)\)", title)[1]
+            expected_kind = ("code + written" if exercise.is_coding and exercise.written_points
+                             else "code" if exercise.is_coding else "written")
+            assert row[2:5] == [stars, expected_kind, str(record.get("points") or "–")], row
+            assert row[5].startswith(str(record.get("hidden_points") or "–"))
+            assert row[6] == str(exercise.written_points or "–")
+
+
+def test_every_page_shows_the_licence(site):
+    for page in html_pages(site):
+        soup = BeautifulSoup(page.read_text(), "html.parser")
+        if soup.select_one('meta[http-equiv="Refresh"], meta[http-equiv="refresh"]'):
+            continue  # index.html: a redirect to the home page
+        footer = soup.select_one(".course-licence")
+        assert footer and "CC BY-SA 4.0" in footer.get_text(), page.relative_to(site)
+
+
+def test_the_index_holds_every_glossary_term_and_the_glossary_every_symbol(site):
+    index = BeautifulSoup((site / "genindex.html").read_text(), "html.parser").get_text()
+    glossary = (ROOT / "glossary.md").read_text()
+    terms = re.findall(r"^(\w[^\n]*)\n  \S", glossary.split("```{glossary}")[1], re.M)
+    assert len(terms) >= 40 and all(term in index for term in terms)
+    notation = (ROOT / "intro.md").read_text().split("## Notation")[1]
+    symbols = [s for cell in re.findall(r"^\| (\$[^|]+) \|", notation, re.M)
+               for s in re.findall(r"\$[^$]+\$", cell)]
+    assert len(symbols) > 25
+    missing = [s for s in symbols if s not in glossary]
+    assert not missing, f"notation symbols not in the glossary: {missing}"
+
+
+def test_references_link_to_their_papers(site):
+    page = BeautifulSoup((site / "bibliography.html").read_text(), "html.parser")
+    linked = 0
+    for key, entry in learner.bibliography().items():
+        target = entry.fields.get("url") or entry.fields.get("doi")
+        if target:
+            hrefs = [a["href"] for a in page.select(f"#{make_id('cite-' + key)} a")]
+            assert any(target in href for href in hrefs), (key, hrefs)
+            linked += 1
+    assert linked >= 40
+
+
+def test_the_map_links_every_chapter(site):
+    page = BeautifulSoup((site / "intro.html").read_text(), "html.parser")
+    section = page.find(id="the-map")
+    hrefs = {a["href"].split("#")[0] for a in section.find_all("a")}
+    assert all(f"chapters/{chapter.stem}.html" in hrefs for chapter in CHAPTERS)
+
+
+# ----------------------------------------------------------------------------------- the PDFs
+
+@pytest.fixture(scope="module")
+def pdf_texts(site):
+    """{edition: (page count, text without whitespace, image count)}."""
+    from pypdf import PdfReader
+
+    texts = {}
+    for edition, name in pdf.EDITIONS.items():
+        reader = PdfReader(site / "pdf" / name)
+        text = "".join(page.extract_text() for page in reader.pages)
+        texts[edition] = (len(reader.pages), "".join(text.split()),
+                          sum(len(page.images) for page in reader.pages))
+        print(f"{name}: {len(reader.pages)} pages")
+    return texts
+
+
+def squeezed(text):
+    return "".join(text.split())
+
+
+@pytest.mark.parametrize("edition", list(pdf.EDITIONS))
+def test_the_pdf_has_every_chapter_every_code_line_and_figure(edition, pdf_texts):
+    pages, text, images = pdf_texts[edition]
+    assert pages > 100
+    figures = 0
+    for chapter in CHAPTERS:
+        notebook = nbformat.read(chapter, as_version=4)
+        assert squeezed(chapter_title(chapter)) in text, chapter.name
+        cells = (list(lecture_and_prompt_cells(notebook)) if edition == "learner"
+                 else notebook.cells)
+        for cell in cells:
+            if cell.cell_type == "code" and "remove-cell" not in cell.metadata.get("tags", []):
+                for line in cell.source.splitlines():
+                    if line.strip() and "SOLUTION" not in line:
+                        assert squeezed(line) in text, f"{chapter.name}: cut {line!r}"
+            figures += any("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
+    assert images >= figures
+
+
+def test_the_learner_pdf_has_no_solution_and_the_instructor_pdf_has_them(pdf_texts):
+    """Whitespace is lost in a PDF's text, so a solution line is looked for without it, and
+    only lines that, without it, appear in no learner notebook count."""
+    public = squeezed(" ".join(path.read_text().replace("\\n", " ")
+                               for path in (ROOT / "notebooks").glob("*.ipynb")))
+    shown = 0
+    for chapter in CHAPTERS:
+        fragments = [f for f in map(squeezed, solution_fragments(
+            nbformat.read(chapter, as_version=4))) if f not in public]
+        assert not [f for f in fragments if f in pdf_texts["learner"][1]], chapter.name
+        shown += sum(f in pdf_texts["instructor"][1] for f in fragments)
+    assert shown > 10 * len(CHAPTERS)

@@ -21,7 +21,7 @@ CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 @pytest.fixture(scope="module")
 def edition(tmp_path_factory):
     output = tmp_path_factory.mktemp("student")
-    student.main(output)
+    student.main(output, pdfs=())  # its PDF is the site's learner PDF, tested there
     return output
 
 

@@ -1,0 +1,213 @@
+"""Tables the website computes from the chapter notebooks at build time (a local Sphinx
+extension), so that no number about the chapters is ever typed by hand:
+
+    ```{course-reading-times}
+    ```                         a reading time per chapter, from its words and code lines
+    ```{course-exercises}
+    ```                         per chapter, each exercise's kind, points and difficulty
+    ```{course-syllabus}
+    Week 1: 1, 2
+    Week 2: 3, 4, 5
+    ```                         a syllabus: the chapters of each period, their reading time
+                                and exercise points added up
+
+Reading time = the words of the chapter's prose at WORDS_PER_MINUTE plus the lines of its
+code at LINES_PER_MINUTE, without its exercises' solutions and its hidden setup cells.
+"""
+
+import math
+import pathlib
+import re
+import sys
+
+import nbformat
+from docutils import nodes
+from docutils.parsers.rst import Directive
+from sphinx import addnodes
+
+WORDS_PER_MINUTE, LINES_PER_MINUTE = 125, 20
+STARS = re.compile(r"\((★+)\)")
+
+
+def chapter_paths(srcdir):
+    return sorted(pathlib.Path(srcdir, "chapters").glob("[0-9][0-9]_*.ipynb"))
+
+
+def lecture_cells(notebook):
+    """The cells a reader reads: not inside a solution, not a hidden setup cell."""
+    inside = False
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown" and "{solution-start}" in cell.source:
+            inside = True
+        elif cell.cell_type == "markdown" and "{solution-end}" in cell.source:
+            inside = False
+        elif not inside and "remove-cell" not in cell.metadata.get("tags", []):
+            yield cell
+
+
+def reading_minutes(notebook):
+    """(words, code lines, minutes) of a chapter notebook."""
+    cells = list(lecture_cells(notebook))
+    words = sum(len(c.source.split()) for c in cells if c.cell_type == "markdown")
+    lines = sum(len([line for line in c.source.splitlines() if line.strip()])
+                for c in cells if c.cell_type == "code")
+    return words, lines, words / WORDS_PER_MINUTE + lines / LINES_PER_MINUTE
+
+
+def title_of(notebook):
+    return notebook.cells[0].source.splitlines()[0].lstrip("# ").strip()
+
+
+def exercise_rows(path, notebook):
+    """Each exercise's number, title, stars, kind and points, from its grading record."""
+    sys.path.insert(0, str(pathlib.Path(path).parents[1] / "scripts"))
+    import exercises  # noqa: E402  (scripts/exercises.py: the one reader of exercises)
+
+    rows = []
+    for number, exercise in enumerate(exercises.exercises(notebook), start=1):
+        title = re.search(r":::\{exercise\}\s*(.*)", exercise.prompt.source)[1]
+        record = exercise.record
+        rows.append({
+            "number": f"{int(path.name[:2])}.{number}",
+            "title": STARS.sub("", title).strip(),
+            "stars": len(STARS.search(title)[1]) if STARS.search(title) else 0,
+            "coding": exercise.is_coding,
+            "public": record.get("points", 0),
+            "hidden": record.get("hidden_points", 0),
+            "hidden_tests": len(record.get("hidden_tests", "").splitlines()),
+            "written": exercise.written_points,
+        })
+    return rows
+
+
+def chapter_facts(srcdir, with_exercises=True):
+    """[{number, stem, title, words, lines, minutes, prompts, exercises}] for every chapter;
+    exercises (their grading records) only from the instructor notebooks."""
+    facts = []
+    for path in chapter_paths(srcdir):
+        notebook = nbformat.read(path, as_version=4)
+        words, lines, minutes = reading_minutes(notebook)
+        prompts = sum(c.source.startswith(":::{exercise}") for c in notebook.cells)
+        facts.append({"number": int(path.name[:2]), "stem": path.stem,
+                      "title": title_of(notebook), "words": words, "lines": lines,
+                      "minutes": minutes, "prompts": prompts,
+                      "exercises": exercise_rows(path, notebook) if with_exercises else []})
+    return facts
+
+
+def rounded_minutes(minutes):
+    """Minutes to the nearest 5, as a reader plans: 37.6 -> 40."""
+    return max(5, 5 * round(minutes / 5))
+
+
+def table(header, rows, widths=None):
+    """A docutils table node from a header and rows of cells (str or node)."""
+    columns = len(header)
+    group = nodes.tgroup(cols=columns)
+    for width in widths or [1] * columns:
+        group += nodes.colspec(colwidth=width)
+    head, body = nodes.thead(), nodes.tbody()
+    for target, lines in ((head, [header]), (body, rows)):
+        for line in lines:
+            row = nodes.row()
+            for cell in line:
+                entry = nodes.entry()
+                entry += cell if isinstance(cell, nodes.Node) else nodes.paragraph(text=str(cell))
+                row += entry
+            target += row
+    group += head
+    group += body
+    return nodes.table("", group, classes=["course-table"])
+
+
+class _ChapterDirective(Directive):
+    has_content = True
+
+    with_exercises = True
+
+    def facts(self):
+        env = self.state.document.settings.env
+        for path in chapter_paths(env.srcdir):
+            env.note_dependency(str(path))
+        return chapter_facts(env.srcdir, self.with_exercises)
+
+    def chapter_link(self, fact):
+        """A paragraph holding a link to the chapter's page, as the {doc} role makes."""
+        reference = addnodes.pending_xref("", refdomain="std", reftype="doc",
+                                          reftarget=f"/chapters/{fact['stem']}",
+                                          refexplicit=True, refdoc=self.state.document
+                                          .settings.env.docname)
+        reference += nodes.inline(text=f"{fact['number']}. {fact['title']}")
+        paragraph = nodes.paragraph()
+        paragraph += reference
+        return paragraph
+
+
+class ReadingTimes(_ChapterDirective):
+    with_exercises = False  # the home page of the student edition shows it too
+
+    def run(self):
+        rows, total = [], 0
+        for fact in self.facts():
+            total += rounded_minutes(fact["minutes"])
+            rows.append([self.chapter_link(fact), f"{fact['words']:,}", f"{fact['lines']:,}",
+                         f"{rounded_minutes(fact['minutes'])} min",
+                         str(fact["prompts"])])
+        rows.append(["all chapters", "", "", f"{total // 60} h {total % 60:02d} min", ""])
+        return [table(["chapter", "words", "lines of code", "reading time", "exercises"],
+                      rows, [6, 1, 1, 1, 1])]
+
+
+def kind(row):
+    """Self-checked code is autograded; a written answer is graded by hand."""
+    if row["coding"] and row["written"]:
+        return "code + written"
+    return "code" if row["coding"] else "written"
+
+
+class ExerciseTables(_ChapterDirective):
+    def run(self):
+        out = []
+        for fact in self.facts():
+            section = nodes.rubric(text=f"Chapter {fact['number']}: {fact['title']}")
+            rows = [[row["number"], row["title"], "★" * row["stars"], kind(row),
+                     row["public"] or "–",
+                     f"{row['hidden']} ({row['hidden_tests']} tests)" if row["hidden"] else "–",
+                     row["written"] or "–"]
+                    for row in fact["exercises"]]
+            automatic = sum(r["public"] + r["hidden"] for r in fact["exercises"])
+            by_hand = sum(r["written"] for r in fact["exercises"])
+            rows.append(["", "total", "", "", "", f"{automatic} automatic", f"{by_hand} by hand"])
+            out += [section, table(["", "exercise", "difficulty", "kind", "public points",
+                                    "hidden points", "written points"], rows,
+                                   [1, 5, 1, 4, 1, 2, 1])]
+        return out
+
+
+class Syllabus(_ChapterDirective):
+    """Content: lines "Period: chapter numbers" (e.g. "Week 1: 1, 2")."""
+
+    def run(self):
+        by_number = {fact["number"]: fact for fact in self.facts()}
+        rows = []
+        for line in self.content:
+            period, _, numbers = line.partition(":")
+            chosen = [by_number[int(n)] for n in re.findall(r"\d+", numbers)]
+            minutes = sum(rounded_minutes(f["minutes"]) for f in chosen)
+            exercises = [r for f in chosen for r in f["exercises"]]
+            paragraph = nodes.paragraph()
+            for index, fact in enumerate(chosen):
+                if index:
+                    paragraph += nodes.Text("; ")
+                paragraph += self.chapter_link(fact).children[0]
+            rows.append([period.strip(), paragraph,
+                         f"{math.floor(minutes / 60)} h {minutes % 60:02d} min",
+                         f"{len(exercises)} ({sum(r['coding'] for r in exercises)} coding)"])
+        return [table(["period", "chapters", "reading", "exercises"], rows, [1, 6, 1, 2])]
+
+
+def setup(app):
+    app.add_directive("course-reading-times", ReadingTimes)
+    app.add_directive("course-exercises", ExerciseTables)
+    app.add_directive("course-syllabus", Syllabus)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
