@@ -1,0 +1,138 @@
+"""Checks of Part II (chapters 3-5): similarities, entropy, the softmax's Jacobian, masks."""
+
+import torch
+
+from .. import attention, masking, scoring
+from .core import (CheckFailed, _passed, _self_check, _run, _compare, _random, _integers)
+
+
+SIMILARITY_OPTIONS = {"dot": "temperature", "scaled_dot": "temperature",
+                      "cosine": "temperature", "rbf": "bandwidth"}
+
+
+_OPTION_VALUES = (1.0, 0.5, 2.0, 0.1)
+
+
+@_self_check
+def check_similarity(fn, name, seed=0, **options):
+    """Check fn(queries (n_q, d), keys (n_k, d), <option>=value) -> scores (n_q, n_k) against the
+    similarity `name` ('dot', 'scaled_dot', 'cosine', 'rbf') of attention_course.scoring, for
+    several values of its option (temperature or bandwidth), passed to fn as a keyword. A value
+    given here (e.g. temperature=0.5, the exercise's default) is tested first."""
+    if name not in SIMILARITY_OPTIONS:
+        raise ValueError(f"unknown similarity {name!r}; choose one of {sorted(SIMILARITY_OPTIONS)}")
+    option = SIMILARITY_OPTIONS[name]
+    if set(options) - {option}:
+        raise ValueError(f"the {name} similarity takes only {option}=..., got {sorted(options)}")
+    values = list(dict.fromkeys([*options.values(), *_OPTION_VALUES]))
+    reference = scoring.SIMILARITIES[name]
+    shapes = [("2-D queries and keys", (1, 2), (6, 2)), ("8-D, three queries", (3, 8), (5, 8)),
+              ("long keys", (2, 4), (7, 4))]
+    n_cases = 0
+    for number, (shape_case, query_shape, key_shape) in enumerate(shapes):
+        queries, keys = _random(query_shape, seed, number), _random(key_shape, seed, 20 + number)
+        if shape_case == "long keys":
+            keys = keys * torch.arange(1.0, 8.0)[:, None] * 3
+        for value in values:
+            case, kwargs = f"{shape_case}, {option}={value}", {option: value}
+            expected = reference(queries, keys, **kwargs)
+            got = _run(fn, (queries, keys), case, kwargs, forbidden=(reference,))
+            _compare(got, expected, case, "scores")
+            n_cases += 1
+    _passed(f"your {name} similarity", n_cases)
+
+
+@_self_check
+def check_entropy(fn, seed=0):
+    """Check fn(weights (..., n)) -> entropies (...): -sum p log p in nats over the last axis,
+    with 0 log 0 = 0."""
+    cases = [("uniform over 64", torch.full((64,), 1 / 64)),
+             ("a batch of random rows", torch.softmax(_random((3, 5), seed), dim=-1)),
+             ("one-hot rows (0 log 0 = 0)", torch.eye(4)),
+             ("rows with some exact zeros", torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.0, 0.8]]))]
+    for case, weights in cases:
+        def explain(index, weights=weights):
+            if (weights[index] == 0).any():
+                return ("this row has weights that are exactly 0, and 0 * log 0 = 0 * (-inf) "
+                        "is NaN in floating point; the entropy takes 0 log 0 = 0 (use "
+                        "torch.special.xlogy(p, p), or drop the zero weights)")
+            return None
+        got = _run(fn, (weights,), case, forbidden=(attention.attention_entropy,))
+        _compare(got, attention.attention_entropy(weights), case, "entropy", explain_nan=explain)
+    _passed("your entropy", len(cases))
+
+
+@_self_check
+def check_query_jacobian(fn, seed=0):
+    """Check fn(query (d,), keys (n, d)) -> (d, d): the Jacobian with respect to the query of
+    attention whose values are its keys, o(q) = sum_i alpha_i k_i with
+    alpha = softmax(K q / sqrt(d)), written without automatic differentiation."""
+    cases = [("d = 2, three keys", 2, 3, 1.0), ("d = 8, twelve keys", 8, 12, 1.0),
+             ("one key", 4, 1, 1.0), ("long keys, a saturated softmax", 6, 5, 6.0)]
+    answers = (torch.autograd.functional.jacobian, torch.func.jacrev, torch.func.jacfwd)
+    for number, (case, d, n, scale) in enumerate(cases):
+        query = _random((d,), seed, number).double()
+        keys = _random((n, d), seed, 10 + number).double() * scale
+
+        def attend(q, keys=keys):
+            return torch.softmax(keys @ q / d**0.5, dim=0) @ keys            # (d,)
+        expected = torch.autograd.functional.jacobian(attend, query)         # (d, d)
+        got = _run(fn, (query, keys), case, forbidden=answers)
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.allclose(
+                got, expected * d**0.5, atol=1e-7) and n > 1:
+            raise CheckFailed(f"case '{case}': your Jacobian is sqrt(d) = {d**0.5:.3g} times too "
+                              "large: the scores are divided by sqrt(d), and so is their gradient")
+        _compare(got, expected, case, "Jacobian")
+    _passed("your query Jacobian", len(cases))
+
+
+@_self_check
+def check_masked_softmax(fn, seed=0):
+    """Check fn(scores (b, n_q, n_k), valid_lens (b,) or (b, n_q)) -> weights (b, n_q, n_k):
+    softmax over the first valid_len keys, zero elsewhere, and all zeros when valid_len is 0."""
+    cases = [("one length per sequence", (2, 2, 4), torch.tensor([2, 3])),
+             ("one length per query", (2, 3, 4), torch.tensor([[1, 3, 4], [2, 2, 4]])),
+             ("a sequence of length 0", (2, 2, 3), torch.tensor([0, 3]))]
+    answers = (masking.masked_softmax, masking.softmax_with_mask)
+    for number, (case, shape, valid_lens) in enumerate(cases):
+        scores = _random(shape, seed, number)
+        expected = masking.masked_softmax(scores, valid_lens)
+        lengths = valid_lens[:, None].expand(shape[:2]) if valid_lens.dim() == 1 else valid_lens
+
+        def explain(index, lengths=lengths):
+            if lengths[index[0], index[1]] == 0:
+                return ("this query has no valid key, so its softmax is over scores that are all "
+                        "-inf: 0/0 = NaN; return zeros for such rows")
+            return None
+        got = _run(fn, (scores, valid_lens), case, forbidden=answers)
+        _compare(got, expected, case, "weights", explain_nan=explain)
+    _passed("your masked softmax", len(cases))
+
+
+@_self_check
+def check_causal_mask(fn, seed=0):
+    """Check fn(n_queries, n_keys) -> bool (n_queries, n_keys), True where attending is allowed,
+    top-left aligned as PyTorch's is_causal."""
+    cases = [(4, 4), (2, 5), (5, 2), (1, 1)]
+    if seed:
+        cases = list(zip(_integers(seed, 4, 1, 9), _integers(seed, 4, 1, 9, 1)))
+    for n_queries, n_keys in cases:
+        case = f"{n_queries} queries, {n_keys} keys"
+        got = _run(fn, (n_queries, n_keys), case, forbidden=(masking.causal_mask,))
+        if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
+            raise CheckFailed(f"case '{case}': your mask has dtype {got.dtype}; use torch.bool "
+                              "(True = may attend)")
+        expected = torch.tensor([[key <= query for key in range(n_keys)]
+                                 for query in range(n_queries)])
+        if (isinstance(got, torch.Tensor) and got.shape == expected.shape
+                and not torch.equal(got, expected)):
+            if torch.equal(got, ~expected):
+                raise CheckFailed(f"case '{case}': your mask is inverted: here True must mean "
+                                  "'may attend', as in scaled_dot_product_attention")
+            row, column = (got != expected).nonzero()[0].tolist()
+            allowed = "may" if expected[row, column] else "may not"
+            raise CheckFailed(f"case '{case}': query {row} {allowed} attend to key {column}, "
+                              "but your mask says the opposite")
+        _compare(got.float() if isinstance(got, torch.Tensor) else got, expected.float(), case,
+                 "mask")
+    _passed("your causal mask", len(cases))
