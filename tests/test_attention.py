@@ -131,7 +131,7 @@ def test_two_dimensional_inputs_without_batch():
     (lambda q, k, v: scaled_dot_product_attention(q[0, 0, 0], k, v), r"query must have .* dimensions, got shape \(8,\)"),
     (lambda q, k, v: scaled_dot_product_attention(q[:1].expand(4, 3, 4, 8), k, v), r"batch dimensions .* do not broadcast"),
     (lambda q, k, v: scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(4, 4, dtype=torch.bool)), r"attn_mask \(4, 4\) does not broadcast to the scores \(\.\.\., L, S\) = \(2, 3, 4, 5\)"),
-    (lambda q, k, v: scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(4, 5, dtype=torch.long)), r"attn_mask must be bool or floating point"),
+    (lambda q, k, v: scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(4, 5, dtype=torch.long)), r"attn_mask \(4, 5\) must be bool or floating point, got torch.int64"),
     (lambda q, k, v: scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(4, 5, dtype=torch.bool), is_causal=True), r"either attn_mask or is_causal"),
 ])
 def test_bad_input(call, message):
@@ -179,7 +179,7 @@ def test_attention_entropy_matches_the_definition():
     torch.testing.assert_close(attention_entropy(weights), torch.tensor(expected, dtype=torch.float64))
     row = torch.softmax(torch.randn(7, dtype=torch.float64), dim=0)
     assert attention_entropy(row).item() == pytest.approx(-sum(p * math.log(p) for p in row.tolist()))
-    with pytest.raises(ValueError, match="weights must be a torch.Tensor"):
+    with pytest.raises(TypeError, match="weights must be a torch.Tensor, got list"):
         attention_entropy([0.5, 0.5])
 
 
@@ -211,3 +211,15 @@ def test_broadcast_shape_follows_pytorchs_rule():
         except RuntimeError:
             expected = None
         assert broadcast_shape(*shapes) == expected, shapes
+
+
+def test_a_head_size_of_zero_integer_and_mixed_dtypes_raise():
+    q, k, v = random_qkv(12)
+    with pytest.raises(ValueError, match=r"query \(2, 3, 4, 0\) and key \(2, 3, 5, 0\) have no features"):
+        scaled_dot_product_attention(q[..., :0], k[..., :0], v)
+    with pytest.raises(ValueError, match=r"query \(2, 3, 4, 8\) must hold floating-point"):
+        scaled_dot_product_attention(q.long(), k, v)
+    with pytest.raises(ValueError, match=r"query \(2, 3, 4, 8\) torch.float32, key \(2, 3, 5, 8\) torch.float64"):
+        scaled_dot_product_attention(q.float(), k.double(), v.float())
+    with pytest.raises(TypeError, match=r"scale must be a number, got '1'"):
+        scaled_dot_product_attention(q, k, v, scale="1")

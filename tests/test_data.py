@@ -192,3 +192,14 @@ def test_execution_model_is_the_python_reference_section():
         assert text == topics["execmodel"]
     digest = hashlib.sha256((data_dir() / "execution_model.txt").read_bytes()).hexdigest()
     assert digest in (data_dir() / "README.md").read_text()
+
+
+def test_split_data_refuses_what_is_not_a_tensor():
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        split_data([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0])
+
+
+def test_target_function_refuses_negative_x_rather_than_returning_nan():
+    with pytest.raises(ValueError, match=r"x \(3,\) must be >= 0 .* minimum of -1.0"):
+        target_function(torch.tensor([-1.0, 0.0, 1.0]))
+    assert torch.isfinite(target_function(torch.tensor([0.0, 1.0]))).all()

@@ -151,8 +151,6 @@ def test_nbytes_is_two_tensors_of_batch_heads_tokens_head_dim(dtype, size):
     [
         ({"window": 0}, "window"),
         ({"window": -2}, "window"),
-        ({"window": 2.5}, "window"),
-        ({"window": True}, "window"),
         ({"sinks": -1, "window": 3}, "sinks"),
         ({"sinks": 2}, "sinks need a window"),
     ],
@@ -162,12 +160,28 @@ def test_bad_cache_settings_raise(options, message):
         KVCache(**options)
 
 
+@pytest.mark.parametrize("options", [{"window": 2.5}, {"window": True}, {"window": "3"}])
+def test_cache_settings_of_the_wrong_type_raise_type_error(options):
+    with pytest.raises(TypeError, match=r"window must be an integer"):
+        KVCache(**options)
+
+
+def test_a_first_update_refuses_keys_and_values_of_different_dtypes():
+    cache = KVCache()
+    with pytest.raises(ValueError, match=r"key \(1, 2, 3, 4\) \(torch.float32, cpu\) and "
+                       r"value \(1, 2, 3, 4\) \(torch.float64, cpu\)"):
+        cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4, dtype=torch.float64))
+    assert len(cache) == 0 and cache.nbytes == 0
+    with pytest.raises(ValueError, match=r"key \(1, 2, 3, 4\) must hold floating-point"):
+        cache.update(*[torch.zeros(1, 2, 3, 4, dtype=torch.long)] * 2)
+
+
 def test_bad_updates_raise_naming_the_shapes():
     cache = KVCache()
     with pytest.raises(ValueError, match=r"\(2, 3, 4\)"):
         cache.update(torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
     with pytest.raises(
-        ValueError, match=r"key \(1, 2, 3, 4\) and value \(1, 2, 3, 5\)"
+        ValueError, match=r"key \(1, 2, 3, 4\) .* and value \(1, 2, 3, 5\)"
     ):
         cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5))
     cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
@@ -440,3 +454,26 @@ def test_a_windowed_model_reads_as_one_built_with_the_window(window, sinks):
     with pytest.raises(ValueError, match="sinks need a window"):
         with model.windowed(None, 2):
             pass
+
+
+def test_decoder_inputs_of_the_wrong_kind_raise_clear_errors():
+    model = tiny()
+    with pytest.raises(ValueError, match=r"ids \(1, 3\) must hold integer token ids .* got torch.uint8"):
+        model(torch.zeros(1, 3, dtype=torch.uint8))
+    with pytest.raises(TypeError, match=r"caches must be a list of KVCache.*NoneType"):
+        model(token_ids(1, 2), [None, None])
+    with pytest.raises(TypeError, match=r"caches must be a list of KVCache.*got KVCache"):
+        model(token_ids(1, 2), KVCache())
+    with pytest.raises(TypeError, match=r"ids must be a torch.Tensor, got list"):
+        model.generate([[1, 2]], 3)
+    with pytest.raises(ValueError, match=r"stop_id=50 must lie in \[0, vocab_size=50\)"):
+        model.generate(token_ids(1, 2), 3, stop_id=50)
+    caches = model.new_caches()
+    caches[0].update(torch.zeros(1, KV_HEADS, 1, WIDTH // HEADS, dtype=torch.float64),
+                     torch.zeros(1, KV_HEADS, 1, WIDTH // HEADS, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"caches hold different numbers of tokens \[0, 1\]"):
+        model(token_ids(1, 2), caches)
+    with pytest.raises(ValueError, match=r"base must be > 1, got 1.0"):
+        TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, base=1.0)
+    with pytest.raises(ValueError, match=r"hidden_dim must be an integer >= 1, got 0"):
+        TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, hidden_dim=0)

@@ -89,9 +89,62 @@ def test_valid_lens_mask_shapes():
     (lambda: masked_softmax(torch.randn(2, 3, 4), torch.ones(2, 2, dtype=torch.long)), r"valid_lens \(2, 2\) must be \(batch,\) or \(batch, n_queries=3\)"),
     (lambda: masked_softmax(torch.randn(2, 3, 4), torch.ones(2, 3, 1, dtype=torch.long)), r"valid_lens must have 1 or 2 dimensions, got shape \(2, 3, 1\)"),
     (lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([1.5, 2.0])), r"whole numbers"),
-    (lambda: masked_softmax(torch.randn(2, 3, 4), [1, 2]), r"valid_lens must be a torch.Tensor"),
     (lambda: causal_mask(0, 3), r"n_queries, n_keys >= 1, got \(0, 3\)"),
 ])
 def test_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: masked_softmax(torch.randn(2, 3, 4), [1, 2]), r"valid_lens must be a torch.Tensor, got list"),
+    (lambda: masked_softmax([[[1.0]]]), r"scores must be a torch.Tensor, got list"),
+    (lambda: causal_mask(2.5), r"n_queries must be an integer, got 2.5"),
+])
+def test_wrong_types_raise_type_error(call, message):
+    with pytest.raises(TypeError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor(2)), r"valid_lens must have 1 or 2 dimensions, got shape \(\)"),
+    (lambda: masked_softmax(torch.ones(2, 3, 4, dtype=torch.long)), r"scores \(2, 3, 4\) must hold floating-point numbers .*, got torch.int64"),
+    (lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([True, False])), r"valid_lens \(2,\) must hold lengths"),
+])
+def test_the_issues_bad_inputs_raise_value_error(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("valid_lens", [None, torch.tensor([4, 2])])
+def test_a_row_of_all_minus_inf_scores_is_a_fully_masked_row(dtype, valid_lens):
+    scores = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0)).to(dtype)
+    scores[0, 1] = float("-inf")                        # every key scored -inf
+    scores[1, 2, :2] = float("-inf")                    # the valid keys scored -inf
+    scores.requires_grad_(True)
+    weights = masked_softmax(scores, valid_lens)
+    assert weights.dtype == dtype and torch.isfinite(weights).all()
+    assert (weights[0, 1] == 0).all()
+    if valid_lens is not None:
+        assert (weights[1, 2] == 0).all()
+    others = torch.ones(2, 3, dtype=torch.bool)
+    others[0, 1] = others[1, 2] = False
+    torch.testing.assert_close(weights.sum(-1)[others].float(), torch.ones(4))
+    weights.sum().backward()
+    assert torch.isfinite(scores.grad).all()
+
+
+def test_minus_inf_scores_change_nothing_where_a_key_is_left():
+    generator = torch.Generator().manual_seed(1)
+    scores = torch.randn(3, 4, 6, generator=generator, dtype=torch.float64)
+    scores[:, :, 1] = float("-inf")
+    lens = torch.tensor([6, 3, 2])
+    assert torch.equal(masked_softmax(scores), torch.softmax(scores, -1))
+    assert torch.equal(masked_softmax(scores, lens),
+                       masked_softmax_reference(scores, lens))
+
+
+def masked_softmax_reference(scores, lens):
+    allowed = torch.arange(scores.shape[-1]) < lens[:, None, None]
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1)

@@ -158,8 +158,29 @@ def test_kv_cache_bytes_for_llama_2_7b():
     (lambda: MultiHeadAttention.from_torch(torch.nn.MultiheadAttention(8, 2)), r"batch_first=True"),
     (lambda: MultiHeadAttention.from_torch(torch.nn.MultiheadAttention(8, 2, batch_first=True, add_bias_kv=True)), r"add_bias_kv"),
     (lambda: kv_cache_bytes(batch_size=1, seq_len=0, num_layers=1, num_kv_heads=1, head_dim=1), r"seq_len must be a positive integer, got 0"),
-    (lambda: kv_cache_bytes(batch_size=1.5, seq_len=1, num_layers=1, num_kv_heads=1, head_dim=1), r"batch_size must be a positive integer"),
 ])
 def test_bad_input(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: kv_cache_bytes(batch_size=1.5, seq_len=1, num_layers=1, num_kv_heads=1, head_dim=1), r"batch_size must be an integer, got 1.5"),
+    (lambda: GroupedQueryAttention.from_multihead(torch.nn.Linear(8, 8), 2), r"mha must be a MultiHeadAttention, got Linear"),
+    (lambda: MultiHeadAttention.from_torch(torch.nn.Linear(8, 8)), r"module must be a torch.nn.MultiheadAttention"),
+    (lambda: MultiHeadAttention(8, 2.0), r"num_heads must be an integer, got 2.0"),
+    (lambda: MultiHeadAttention(8, 2)([[1.0] * 8], torch.ones(1, 1, 8), torch.ones(1, 1, 8)), r"query must be a torch.Tensor, got list"),
+])
+def test_wrong_types_raise_type_error(call, message):
+    with pytest.raises(TypeError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: MultiHeadAttention(8, 2)(*[torch.ones(1, 3, 8, dtype=torch.long)] * 3), r"query \(1, 3, 8\) must hold floating-point numbers"),
+    (lambda: MultiHeadAttention(8, 2)(*[torch.ones(1, 3, 8, dtype=torch.float64)] * 3), r"query \(1, 3, 8\) is torch.float64 but the layer's weights are torch.float32"),
+    (lambda: GroupedQueryAttention(8, 2, 1)(torch.ones(1, 3, 8, dtype=torch.float64)), r"x \(1, 3, 8\) is torch.float64"),
+])
+def test_dtypes_that_do_not_fit_raise_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()

@@ -72,3 +72,13 @@ def test_small_temperature_is_argmax_nearest_key():
 def test_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("name", sorted(SIMILARITIES))
+def test_scores_refuse_integer_and_mixed_dtypes_and_empty_features(name):
+    with pytest.raises(ValueError, match=r"queries \(3, 2\) must hold floating-point"):
+        SIMILARITIES[name](torch.ones(3, 2, dtype=torch.long), torch.ones(4, 2))
+    with pytest.raises(ValueError, match=r"queries \(3, 2\) torch.float32, keys \(4, 2\) torch.float64"):
+        SIMILARITIES[name](torch.ones(3, 2), torch.ones(4, 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"no features \(d = 0\)"):
+        SIMILARITIES[name](torch.ones(3, 0), torch.ones(4, 0))

@@ -221,12 +221,14 @@ def test_measured_memory_matches_the_formulas():
 # bad input --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("block_size", [0, -3, 2.5, True, "8"])
-def test_bad_block_sizes_raise(block_size):
+@pytest.mark.parametrize("block_size, error", [(0, ValueError), (-3, ValueError),
+                                               (2.5, TypeError), (True, TypeError),
+                                               ("8", TypeError)])
+def test_bad_block_sizes_raise(block_size, error):
     query, key, value = qkv((), 4, 4)
-    with pytest.raises(ValueError, match="block_size"):
+    with pytest.raises(error, match="block_size"):
         flash_attention(query, key, value, block_size=block_size)
-    with pytest.raises(ValueError, match="block_size"):
+    with pytest.raises(error, match="block_size"):
         tile_schedule(4, 4, block_size)
 
 
@@ -249,5 +251,13 @@ def test_bad_shapes_raise_naming_them():
 def test_bad_measurements_raise():
     with pytest.raises(ValueError, match="implementation must be one of"):
         peak_extra_memory("flash", [128])
-    with pytest.raises(ValueError, match="length must be at least 1"):
+    with pytest.raises(ValueError, match="lengths must each be at least 1, got 0"):
         peak_extra_memory("tiled", [0])
+
+
+def test_a_head_size_of_zero_and_integer_inputs_raise():
+    query, key, value = qkv((2,), 4, 5)
+    with pytest.raises(ValueError, match=r"query \(2, 4, 0\) and key \(2, 5, 0\) have no features"):
+        flash_attention(query[..., :0], key[..., :0], value)
+    with pytest.raises(ValueError, match=r"query \(2, 4, 16\) must hold floating-point"):
+        flash_attention(query.long(), key, value)

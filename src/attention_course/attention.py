@@ -6,16 +6,31 @@ import math
 import torch
 from torch import nn
 
-from ._shapes import broadcast_shape, require_rank, require_tensor, shape_of
+from ._shapes import (
+    broadcast_shape,
+    require_dtype_of,
+    require_float,
+    require_int,
+    require_number,
+    require_same_dtype,
+    require_tensor,
+    shape_of,
+)
 from .masking import HALF_PRECISION, causal_mask, masked_softmax, softmax_, softmax_with_mask_
+
+RANKS = tuple(range(2, 8))  # (L, E) to (b1, ..., b5, L, E)
 
 
 def _check_qkv(query, key, value):
     for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_rank(name, tensor, tuple(range(2, 8)))
+        require_float(name, tensor, RANKS)
+    require_same_dtype("query", query, "key", key, "value", value)
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(f"query {shape_of(query)} and key {shape_of(key)} must share the "
                          "feature size E (last dimension)")
+    if query.shape[-1] == 0:
+        raise ValueError(f"query {shape_of(query)} and key {shape_of(key)} have no features "
+                         "(E = 0): the scale 1/sqrt(E) needs E >= 1")
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(f"key {shape_of(key)} and value {shape_of(value)} must have the same "
                          "number of keys S (second-to-last dimension)")
@@ -40,8 +55,16 @@ def _allowed_and_bias(attn_mask, is_causal, scores):
     if attn_mask.dtype == torch.bool:
         return attn_mask, None
     if not attn_mask.dtype.is_floating_point:
-        raise ValueError(f"attn_mask must be bool or floating point, got {attn_mask.dtype}")
+        raise ValueError(f"attn_mask {shape_of(attn_mask)} must be bool or floating point, got "
+                         f"{attn_mask.dtype}")
     return None, attn_mask
+
+
+def _check_scale(scale, query):
+    if scale is None:
+        return 1 / math.sqrt(query.shape[-1])
+    require_number("scale", scale)
+    return scale
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
@@ -61,7 +84,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=Fa
     overwrite the scores).
     """
     _check_qkv(query, key, value)
-    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scale = _check_scale(scale, query)
     dtype = query.dtype
     if dtype in HALF_PRECISION:
         query, key, value = query.float(), key.float(), value.float()
@@ -86,16 +109,26 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, query_size, key_size, num_hiddens, dropout=0.0):
         super().__init__()
+        for name, size in (("query_size", query_size), ("key_size", key_size),
+                           ("num_hiddens", num_hiddens)):
+            require_int(name, size, 1)
+        require_number("dropout", dropout, 0, maximum=1)
         self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
         self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
         self.w_v = nn.Linear(num_hiddens, 1, bias=False)
         self.dropout = nn.Dropout(dropout)
         self.attention_weights = None
 
+    def _check_inputs(self, **inputs):
+        """Each input (batch, n, size) in the dtype of the layer's weights."""
+        dtype = self.W_q.weight.dtype
+        for name, tensor in inputs.items():
+            require_float(name, tensor, 3)
+            require_dtype_of(name, tensor, dtype, "the layer's weights")
+
     def scores(self, queries, keys):
         """(batch, n_q, query_size), (batch, n_k, key_size) -> (batch, n_q, n_k)."""
-        require_rank("queries", queries, 3)
-        require_rank("keys", keys, 3)
+        self._check_inputs(queries=queries, keys=keys)
         if queries.shape[-1] != self.W_q.in_features or keys.shape[-1] != self.W_k.in_features:
             raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} must end in "
                              f"query_size={self.W_q.in_features} and key_size={self.W_k.in_features}")
@@ -107,7 +140,7 @@ class AdditiveAttention(nn.Module):
         return self.w_v(features).squeeze(-1)
 
     def forward(self, queries, keys, values, valid_lens=None):
-        require_rank("values", values, 3)
+        self._check_inputs(queries=queries, keys=keys, values=values)
         if values.shape[:2] != keys.shape[:2]:
             raise ValueError(f"keys {shape_of(keys)} and values {shape_of(values)} must agree on "
                              "(batch, n_k)")
@@ -120,6 +153,9 @@ def attention_entropy(weights):
 
     ln(n_k) for uniform weights, 0 for one-hot weights.
     """
-    require_tensor("weights", weights)
+    require_float("weights", weights)
+    if weights.dim() < 1:
+        raise ValueError(f"weights must have at least 1 dimension (..., n_k), got shape "
+                         f"{shape_of(weights)}")
     wide = weights.float() if weights.dtype in HALF_PRECISION else weights
     return -torch.special.xlogy(wide, wide).sum(dim=-1).to(weights.dtype)

@@ -9,7 +9,14 @@ from typing import NamedTuple
 
 import torch
 
-from ._shapes import require_positive
+from ._shapes import (
+    require_float,
+    require_int,
+    require_number,
+    require_positive,
+    require_tensor,
+    shape_of,
+)
 
 MCYCLE_SHA256 = "93d06e3d834a5c21056b40f16fcd03c4384acff5020e273453d5cd62d730f0c8"
 ZEN_SHA256 = "e250f274f33b9b621a04264025d50e5fb9b1f989f444d13bb373882e734e996f"
@@ -90,7 +97,13 @@ def load_zen_of_python(path=None):
 
 
 def target_function(x):
-    """The course's test function f(x) = 2 sin x + 0.4 sin 3x + 0.6 sin 6x + sqrt(x), for x >= 0."""
+    """The course's test function f(x) = 2 sin x + 0.4 sin 3x + 0.6 sin 6x + sqrt(x), for x >= 0.
+
+    x: a float tensor of any shape; a negative x raises ValueError (sqrt x would be NaN)."""
+    require_float("x", x)
+    if (x < 0).any():
+        raise ValueError(f"x {shape_of(x)} must be >= 0 (f takes sqrt x), got a minimum of "
+                         f"{x.min().item()}")
     return 2 * torch.sin(x) + 0.4 * torch.sin(3 * x) + 0.6 * torch.sin(6 * x) + torch.sqrt(x)
 
 
@@ -110,9 +123,12 @@ def make_synthetic_regression(n_train=100, n_test=201, x_max=10.0, noise_std=0.5
     x_train: n_train sorted uniform draws on [0, x_max]; y_train = f(x_train) + N(0, noise_std^2)
     noise; x_test: n_test evenly spaced points on [0, x_max]; y_test = f(x_test) without noise.
     """
-    require_positive("n_train", n_train)
-    require_positive("n_test", n_test)
+    for name, size in (("n_train", n_train), ("n_test", n_test)):
+        require_int(name, size, 1, message=f"{name} must be positive, got {size!r}")
+    require_number("x_max", x_max)
     require_positive("x_max", x_max)
+    require_number("noise_std", noise_std, 0)
+    require_int("seed", seed)
     generator = torch.Generator().manual_seed(seed)
     x_train = torch.sort(torch.rand(n_train, generator=generator) * x_max).values
     noise = torch.randn(n_train, generator=generator) * noise_std
@@ -125,8 +141,12 @@ def split_data(x, y, held_out_fraction=0.25, seed=0):
 
     The held-out part has round(n * held_out_fraction) points; both parts keep x's order.
     """
+    require_tensor("x", x)
+    require_tensor("y", y)
     if x.shape != y.shape or x.dim() != 1:
         raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must be 1-D of equal length")
+    require_number("held_out_fraction", held_out_fraction)
+    require_int("seed", seed)
     n_held = round(len(x) * held_out_fraction)
     if not 0 < n_held < len(x):
         raise ValueError(f"held_out_fraction {held_out_fraction} leaves no point on one side "

@@ -13,27 +13,38 @@ import contextlib
 import torch
 from torch import nn
 
-from ._shapes import require_rank, shape_of
+from ._shapes import (
+    require_float,
+    require_instance,
+    require_int,
+    require_integer,
+    require_number,
+    shape_of,
+    type_name,
+)
 from .multihead import (
     GroupedQueryAttention,
-    grouped_attention,
-    merge_heads,
-    split_heads,
+    _check_heads,
+    _check_kv_heads,
+    _check_sequence,
+    _grouped_attention,
+    _merge_heads,
+    _split_heads,
 )
-from .rotary import apply_rotary
+from .rotary import _rotate
+
+TOKEN_ID_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding reads
 
 
-def _require_count(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
-            f"{name} must be an integer >= {minimum}, got {value!r}"
-        )
+def _check_rope_and_norm(base, norm_eps):
+    require_number("base", base, 1, strict=True)
+    require_number("norm_eps", norm_eps, 0)
 
 
 def _check_window(window, sinks):
     if window is not None:
-        _require_count("window", window, 1)
-    _require_count("sinks", sinks, 0)
+        require_int("window", window, 1)
+    require_int("sinks", sinks, 0)
     if sinks and window is None:
         raise ValueError("sinks need a window: without one every token is kept")
 
@@ -43,11 +54,11 @@ def decoding_mask(query_positions, key_positions, window=None, sinks=0):
     the key at key_positions (S,): causal (s <= t) and, with a window W, only
     the last W positions (t - W < s) or one of the first `sinks` positions
     (s < sinks)."""
-    require_rank("query_positions", query_positions, 1)
-    require_rank("key_positions", key_positions, 1)
+    require_integer("query_positions", query_positions, 1)
+    require_integer("key_positions", key_positions, 1)
     if window is not None:
-        _require_count("window", window, 1)
-    _require_count("sinks", sinks, 0)     # a mask may show sinks alone
+        require_int("window", window, 1)
+    require_int("sinks", sinks, 0)     # a mask may show sinks alone
     t = query_positions[:, None]                             # (L, 1)
     s = key_positions[None, :].to(query_positions.device)    # (1, S)
     allowed = s <= t
@@ -90,11 +101,16 @@ class KVCache:
 
     def _check(self, key, value):
         for name, tensor in (("key", key), ("value", value)):
-            require_rank(name, tensor, 4)
-        if key.shape != value.shape:
+            require_float(name, tensor, 4)
+        if (
+            key.shape != value.shape
+            or key.dtype != value.dtype
+            or key.device != value.device
+        ):
             raise ValueError(
-                f"key {shape_of(key)} and value {shape_of(value)} must both be "
-                "(batch, kv_heads, t, head_dim)"
+                f"key {shape_of(key)} ({key.dtype}, {key.device}) and value "
+                f"{shape_of(value)} ({value.dtype}, {value.device}) must both "
+                "be (batch, kv_heads, t, head_dim), of one dtype and device"
             )
         if self.keys is not None:
             held = self.keys
@@ -154,6 +170,11 @@ class DecoderBlock(nn.Module):
         norm_eps=1e-6,
     ):
         super().__init__()
+        _check_heads(embed_dim, num_heads)
+        _check_kv_heads(num_heads, num_kv_heads)
+        _check_window(window, sinks)
+        require_int("hidden_dim", hidden_dim, 1)
+        _check_rope_and_norm(base, norm_eps)
         self.window, self.sinks, self.base = window, sinks, base
         self.attention_norm = nn.RMSNorm(embed_dim, eps=norm_eps)
         self.attention = GroupedQueryAttention(
@@ -167,24 +188,28 @@ class DecoderBlock(nn.Module):
     def attend(self, x, positions, cache=None):
         """RoPE attention of x (batch, L, embed_dim) at positions (L,) ->
         (output (batch, L, embed_dim), weights (batch, H, L, S))."""
+        return self._attend(x, self._check(x, positions, cache), cache)
+
+    def _attend(self, x, positions, cache):
         layer = self.attention
-        q = split_heads(layer.q_proj(x), layer.num_heads)  # (batch, H, L, d_h)
-        k, v = layer.project_kv(x)  # (batch, H_kv, L, d_h)
+        q = _split_heads(layer.q_proj(x), layer.num_heads)  # (batch, H, L, d_h)
+        k, v = layer._project_kv(x)  # (batch, H_kv, L, d_h)
         # queries and keys rotated in one call (keys once, then cached)
-        q, k = apply_rotary(torch.cat([q, k], dim=1), positions, self.base).split(
+        q, k = _rotate(torch.cat([q, k], dim=1), positions, self.base).split(
             [q.shape[1], k.shape[1]], dim=1)
         key_positions = positions
         if cache is not None:
             k, v = cache.update(k, v)  # (batch, H_kv, S, d_h)
             key_positions = cache.key_positions
         mask = decoding_mask(positions, key_positions, self.window, self.sinks)
-        heads, weights = grouped_attention(q, k, v, attn_mask=mask.to(x.device))
-        return layer.out_proj(merge_heads(heads)), weights
+        heads, weights = _grouped_attention(q, k, v, mask.to(x.device), False)
+        return layer.out_proj(_merge_heads(heads)), weights
 
     def forward_with_weights(self, x, positions, cache=None):
         """(the block's output (batch, L, embed_dim), its attention weights
         (batch, H, L, S))."""
-        attended, weights = self.attend(self.attention_norm(x), positions, cache)
+        positions = self._check(x, positions, cache)
+        attended, weights = self._attend(self.attention_norm(x), positions, cache)
         x = x + attended
         h = self.mlp_norm(x)
         x = x + self.down_proj(
@@ -194,6 +219,18 @@ class DecoderBlock(nn.Module):
 
     def forward(self, x, positions, cache=None):
         return self.forward_with_weights(x, positions, cache)[0]
+
+    def _check(self, x, positions, cache):
+        """Check the arguments of attend/forward -> positions on x's device."""
+        layer = self.attention
+        _check_sequence("x", x, layer.embed_dim, layer.q_proj.weight.dtype)
+        require_integer("positions", positions, 1)
+        if positions.shape[0] != x.shape[1]:
+            raise ValueError(f"positions {shape_of(positions)} must hold one position per "
+                             f"token of x {shape_of(x)}")
+        if cache is not None:
+            require_instance("cache", cache, KVCache, "a KVCache or None")
+        return positions.to(x.device)
 
 
 class TinyDecoder(nn.Module):
@@ -226,11 +263,15 @@ class TinyDecoder(nn.Module):
         tie_embeddings=False,
     ):
         super().__init__()
-        _require_count("vocab_size", vocab_size, 1)
-        _require_count("num_layers", num_layers, 1)
+        require_int("vocab_size", vocab_size, 1)
+        require_int("num_layers", num_layers, 1)
+        require_int("embed_dim", embed_dim, 1)
         _check_window(window, sinks)
+        if hidden_dim is not None:
+            require_int("hidden_dim", hidden_dim, 1)
+        _check_rope_and_norm(base, norm_eps)
         self.vocab_size, self.window, self.sinks = vocab_size, window, sinks
-        hidden_dim = hidden_dim or 4 * embed_dim
+        hidden_dim = 4 * embed_dim if hidden_dim is None else hidden_dim
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.blocks = nn.ModuleList(
             DecoderBlock(
@@ -273,15 +314,11 @@ class TinyDecoder(nn.Module):
             block.window, block.sinks = window, sinks
 
     def _check_ids(self, ids):
-        require_rank("ids", ids, 2)
-        if (
-            ids.is_floating_point()
-            or ids.is_complex()
-            or ids.dtype == torch.bool
-        ):
+        require_integer("ids", ids, 2, what="integer token ids")
+        if ids.dtype not in TOKEN_ID_DTYPES:
             raise ValueError(
-                f"ids {shape_of(ids)} must hold integer token ids, "
-                f"got {ids.dtype}"
+                f"ids {shape_of(ids)} must hold integer token ids (int64 or "
+                f"int32, what an embedding reads), got {ids.dtype}"
             )
         if ids.shape[1] < 1:
             raise ValueError(
@@ -296,13 +333,7 @@ class TinyDecoder(nn.Module):
 
     def forward(self, ids, caches=None):
         self._check_ids(ids)
-        start = 0
-        if caches is not None:
-            if len(caches) != len(self.blocks):
-                raise ValueError(
-                    f"{len(caches)} caches for {len(self.blocks)} layers"
-                )
-            start = caches[0].seen
+        start = 0 if caches is None else self._check_caches(caches)
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
         x = self.embed(ids)  # (batch, seq, embed_dim)
         for block, cache in zip(
@@ -310,6 +341,29 @@ class TinyDecoder(nn.Module):
         ):
             x = block(x, positions, cache)
         return self.lm_head(self.norm(x))  # (batch, seq, vocab_size)
+
+    def _check_caches(self, caches):
+        """caches: one KVCache per layer, all at the same position -> it."""
+        if not isinstance(caches, (list, tuple)) or not all(
+            isinstance(cache, KVCache) for cache in caches
+        ):
+            got = [type_name(c) for c in caches] if isinstance(
+                caches, (list, tuple)) else type_name(caches)
+            raise TypeError(
+                f"caches must be a list of KVCache, one per layer (from "
+                f"new_caches()), got {got}"
+            )
+        if len(caches) != len(self.blocks):
+            raise ValueError(
+                f"{len(caches)} caches for {len(self.blocks)} layers"
+            )
+        seen = {cache.seen for cache in caches}
+        if len(seen) > 1:
+            raise ValueError(
+                f"caches hold different numbers of tokens {sorted(seen)}: "
+                "every layer's cache must have seen the same tokens"
+            )
+        return caches[0].seen
 
     @torch.no_grad()
     def forward_with_weights(self, ids):
@@ -332,9 +386,14 @@ class TinyDecoder(nn.Module):
         (an end-of-text token), decoding stops once every row has produced it
         (rows that stopped earlier repeat it), so the result may be shorter."""
         self._check_ids(ids)
-        _require_count("max_new_tokens", max_new_tokens, 0)
+        require_int("max_new_tokens", max_new_tokens, 0)
         if stop_id is not None:
-            _require_count("stop_id", stop_id, 0)
+            require_int("stop_id", stop_id, 0)
+            if stop_id >= self.vocab_size:
+                raise ValueError(
+                    f"stop_id={stop_id} must lie in [0, vocab_size="
+                    f"{self.vocab_size}): the model never produces it"
+                )
         caches = self.new_caches() if use_cache else None
         tokens, new = ids, ids  # new: what the model reads next
         stopped = torch.zeros(len(ids), 1, dtype=torch.bool, device=ids.device)

@@ -2,19 +2,30 @@
 
 Convention throughout the package, as in `torch.nn.functional.scaled_dot_product_attention`:
 a boolean mask is True where a query MAY attend to a key. A row of scores with no allowed key
-gets weights of exactly zero, never NaN.
+(every key blocked by the mask, past its valid_len, or scored -inf) gets weights of exactly
+zero, never NaN (the package's contract: see `attention_course`'s docstring).
 """
 
 import torch
 
-from ._shapes import require_rank, require_tensor, shape_of
+from ._shapes import (
+    broadcast_shape,
+    require_float,
+    require_floating_dtype,
+    require_int,
+    require_rank,
+    require_tensor,
+    shape_of,
+)
 
 
 def causal_mask(n_queries, n_keys=None, device=None):
     """Bool (n_queries, n_keys), True where key j <= query i may be attended (top-left aligned,
     as PyTorch's `is_causal`). With more keys than queries the extra keys are all masked for
     early queries; with fewer, late queries see every key."""
+    require_int("n_queries", n_queries)
     n_keys = n_queries if n_keys is None else n_keys
+    require_int("n_keys", n_keys)
     if n_queries < 1 or n_keys < 1:
         raise ValueError(f"a causal mask needs n_queries, n_keys >= 1, got ({n_queries}, {n_keys})")
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril()
@@ -28,6 +39,11 @@ def valid_lens_mask(valid_lens, n_queries, n_keys):
     length per query. Each length must lie in [0, n_keys].
     """
     require_rank("valid_lens", valid_lens, (1, 2))
+    require_int("n_queries", n_queries, 0)
+    require_int("n_keys", n_keys, 0)
+    if valid_lens.dtype == torch.bool or valid_lens.dtype.is_complex:
+        raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold lengths (integers), "
+                         f"got {valid_lens.dtype}")
     if valid_lens.dtype.is_floating_point and not torch.equal(valid_lens, valid_lens.round()):
         raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold whole numbers")
     if valid_lens.dim() == 2 and valid_lens.shape[1] != n_queries:
@@ -44,9 +60,32 @@ def valid_lens_mask(valid_lens, n_queries, n_keys):
 HALF_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def _check_scores_and_dtype(scores, dtype):
+    require_float("scores", scores)
+    if scores.dim() < 1:
+        raise ValueError(f"scores must have at least 1 dimension, got shape {shape_of(scores)}")
+    require_floating_dtype("dtype", dtype)
+
+
+def _check_allowed(allowed, scores):
+    """allowed: a bool tensor that broadcasts to scores without growing them."""
+    require_tensor("allowed", allowed)
+    if allowed.dtype != torch.bool:
+        raise ValueError(f"allowed {shape_of(allowed)} must be a bool mask (True = may attend), "
+                         f"got {allowed.dtype}")
+    if allowed.shape != scores.shape[scores.dim() - allowed.dim():] and (
+            broadcast_shape(allowed.shape, scores.shape) != tuple(scores.shape)):
+        raise ValueError(f"allowed {shape_of(allowed)} does not broadcast to the scores "
+                         f"{shape_of(scores)}")
+
+
 def softmax(scores, dim=-1):
     """torch.softmax, computed in float32 for float16/bfloat16 scores and returned in their
     dtype, so half precision loses no more than its own rounding (as PyTorch's fused kernels)."""
+    require_float("scores", scores)
+    require_int("dim", dim)
+    if not -max(scores.dim(), 1) <= dim < max(scores.dim(), 1):
+        raise ValueError(f"dim={dim} is not a dimension of scores {shape_of(scores)}")
     if scores.dtype in HALF_PRECISION:
         return torch.softmax(scores, dim=dim, dtype=torch.float32).to(scores.dtype)
     return torch.softmax(scores, dim=dim)
@@ -56,6 +95,11 @@ def softmax_(scores, dtype=None):
     """Softmax over the last axis of `scores`, the caller's own intermediate: when no gradient is
     needed it is computed in place (the scores become the weights, no other full-size tensor is
     made); otherwise by torch.softmax. Each row needs one finite score."""
+    _check_scores_and_dtype(scores, dtype)
+    return _softmax_(scores, dtype)
+
+
+def _softmax_(scores, dtype=None):
     if scores.requires_grad and torch.is_grad_enabled():
         return torch.softmax(scores, dim=-1, dtype=dtype or scores.dtype)
     return torch.softmax(scores, dim=-1, out=scores).to(dtype or scores.dtype)
@@ -67,6 +111,8 @@ def softmax_with_mask_(scores, allowed, dtype=None):
     the caller's own intermediate), so that it holds no more full-size tensors than a plain
     softmax: the scores and the weights (without autograd, the weights overwrite the scores).
     `dtype`: the softmax's dtype (default: scores'). No NaN in the output or the gradient."""
+    _check_scores_and_dtype(scores, dtype)
+    _check_allowed(allowed, scores)
     blocked = allowed.logical_not()                               # the mask's size, not scores'
     scores.masked_fill_(blocked, float("-inf"))
     empty = blocked.all(dim=-1, keepdim=True)                     # (..., n_q, 1): no key left
@@ -74,7 +120,7 @@ def softmax_with_mask_(scores, allowed, dtype=None):
     any_empty = bool(empty.any())
     if any_empty:
         scores.masked_fill_(empty, 0.0)                           # finite, so no 0/0 below
-    weights = softmax_(scores, dtype)
+    weights = _softmax_(scores, dtype)
     if any_empty:
         weights = (weights.masked_fill(empty, 0.0) if weights.requires_grad
                    else weights.masked_fill_(empty, 0.0))
@@ -83,6 +129,8 @@ def softmax_with_mask_(scores, allowed, dtype=None):
 
 def softmax_with_mask(scores, allowed):
     """As softmax_with_mask_, without touching `scores`; half precision computed in float32."""
+    _check_scores_and_dtype(scores, None)
+    _check_allowed(allowed, scores)
     weights = softmax_with_mask_(scores.float() if scores.dtype in HALF_PRECISION
                                  else scores.clone(), allowed)
     return weights.to(scores.dtype)
@@ -92,19 +140,25 @@ def masked_softmax(scores, valid_lens=None):
     """Softmax over the last axis of scores (batch, ..., n_queries, n_keys) where key positions
     j >= valid_len get weight 0.
 
-    valid_lens: None, (batch,) or (batch, n_queries). A row with valid_len 0 returns zeros.
+    valid_lens: None, (batch,) or (batch, n_queries). A row with no allowed key (valid_len 0, or
+    every score of the row -inf) returns zeros, never NaN.
     """
-    require_tensor("scores", scores)
+    require_float("scores", scores)
     if scores.dim() < 3:
         raise ValueError(f"scores must be (batch, ..., n_queries, n_keys), got shape "
                          f"{shape_of(scores)}")
-    if valid_lens is None:
-        return softmax(scores)
-    require_tensor("valid_lens", valid_lens)
-    if valid_lens.shape[0] != scores.shape[0]:
-        raise ValueError(f"valid_lens {shape_of(valid_lens)} and scores {shape_of(scores)} "
-                         "disagree on the batch size")
-    allowed = valid_lens_mask(valid_lens, scores.shape[-2], scores.shape[-1])
-    extra_dims = scores.dim() - 3  # e.g. a heads axis between batch and queries
-    allowed = allowed.reshape(allowed.shape[0], *([1] * extra_dims), *allowed.shape[1:])
-    return softmax_with_mask(scores, allowed)
+    allowed = None
+    if valid_lens is not None:
+        require_rank("valid_lens", valid_lens, (1, 2))
+        if valid_lens.shape[0] != scores.shape[0]:
+            raise ValueError(f"valid_lens {shape_of(valid_lens)} and scores {shape_of(scores)} "
+                             "disagree on the batch size")
+        allowed = valid_lens_mask(valid_lens, scores.shape[-2], scores.shape[-1])
+        extra_dims = scores.dim() - 3  # e.g. a heads axis between batch and queries
+        allowed = allowed.reshape(allowed.shape[0], *([1] * extra_dims), *allowed.shape[1:])
+    scored = torch.isneginf(scores)   # a -inf score blocks its key, as a mask would
+    if allowed is None:
+        if not scored.all(dim=-1).any():
+            return softmax(scores)
+        return softmax_with_mask(scores, scored.logical_not_())
+    return softmax_with_mask(scores, scored.logical_not_().logical_and_(allowed))

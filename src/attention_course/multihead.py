@@ -4,33 +4,65 @@
 import torch
 from torch import nn
 
-from ._shapes import broadcast_shape, require_rank, require_tensor, shape_of
+from ._shapes import (
+    broadcast_shape,
+    require_dtype_of,
+    require_float,
+    require_instance,
+    require_int,
+    require_rank,
+    require_same_dtype,
+    require_tensor,
+    shape_of,
+)
 from .attention import scaled_dot_product_attention
 
 
-def _check_heads(embed_dim, num_heads, num_kv_heads=None):
+def _check_heads(embed_dim, num_heads):
+    require_int("embed_dim", embed_dim)
+    require_int("num_heads", num_heads)
     if embed_dim < 1 or num_heads < 1 or embed_dim % num_heads:
         raise ValueError(f"num_heads={num_heads} must be >= 1 and divide embed_dim={embed_dim}")
-    if num_kv_heads is not None and (num_kv_heads < 1 or num_heads % num_kv_heads):
+
+
+def _check_kv_heads(num_heads, num_kv_heads):
+    require_int("num_kv_heads", num_kv_heads)
+    if num_kv_heads < 1 or num_heads % num_kv_heads:
         raise ValueError(f"num_heads={num_heads} must be divisible by num_kv_heads={num_kv_heads}")
 
 
 def split_heads(x, num_heads):
     """(batch, seq, num_heads * head_dim) -> (batch, num_heads, seq, head_dim)."""
+    require_rank("x", x, 3)
+    require_int("num_heads", num_heads, 1)
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"x {shape_of(x)} does not split into num_heads={num_heads} heads: "
+                         "its last dimension must be a multiple of num_heads")
+    return _split_heads(x, num_heads)
+
+
+def _split_heads(x, num_heads):
     batch, seq, width = x.shape
     return x.reshape(batch, seq, num_heads, width // num_heads).transpose(1, 2)
 
 
 def merge_heads(x):
     """(batch, num_heads, seq, head_dim) -> (batch, seq, num_heads * head_dim)."""
+    require_rank("x", x, 4)
+    return _merge_heads(x)
+
+
+def _merge_heads(x):
     batch, heads, seq, head_dim = x.shape
     return x.transpose(1, 2).reshape(batch, seq, heads * head_dim)
 
 
-def _check_sequence(name, x, embed_dim):
-    require_rank(name, x, 3)
+def _check_sequence(name, x, embed_dim, dtype):
+    """x (batch, seq, embed_dim) in the dtype of the layer's weights."""
+    require_float(name, x, 3)
     if x.shape[-1] != embed_dim:
         raise ValueError(f"{name} {shape_of(x)} must be (batch, seq, embed_dim={embed_dim})")
+    require_dtype_of(name, x, dtype, "the layer's weights")
 
 
 def _grouped_mask(mask, scores_shape, kv_heads):
@@ -55,6 +87,23 @@ def grouped_attention(q, k, v, attn_mask=None, is_causal=False):
     """Attention of query heads q (batch, H, L, d) over KV heads k, v (batch, H_kv, S, d), where
     query head h reads KV head h // (H // H_kv), as PyTorch's enable_gqa. Returns
     (output (batch, H, L, d_v), weights (batch, H, L, S))."""
+    _check_grouped(q, k, v)
+    return _grouped_attention(q, k, v, attn_mask, is_causal)
+
+
+def _check_grouped(q, k, v):
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        require_float(name, tensor, 4)
+    require_same_dtype("q", q, "k", k, "v", v)
+    if (q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or k.shape[1] < 1
+            or q.shape[1] % k.shape[1] or q.shape[-1] != k.shape[-1]):
+        raise ValueError(f"q {shape_of(q)}, k {shape_of(k)} and v {shape_of(v)} must be (batch, "
+                         "H, L, d), (batch, H_kv, S, d) and (batch, H_kv, S, d_v) with H a "
+                         "multiple of H_kv")
+
+
+def _grouped_attention(q, k, v, attn_mask, is_causal):
+    """grouped_attention for q, k, v its caller has checked."""
     batch, heads, length, _ = q.shape
     kv_heads = k.shape[1]
     group = heads // kv_heads
@@ -90,26 +139,30 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        dtype = self.q_proj.weight.dtype
         for name, x in (("query", query), ("key", key), ("value", value)):
-            _check_sequence(name, x, self.embed_dim)
+            _check_sequence(name, x, self.embed_dim, dtype)
         if key.shape[:2] != value.shape[:2] or query.shape[0] != key.shape[0]:
             raise ValueError(f"query {shape_of(query)}, key {shape_of(key)} and value "
                              f"{shape_of(value)} must share the batch, key and value the length")
-        q = split_heads(self.q_proj(query), self.num_heads)  # (batch, H, L, head_dim)
-        k = split_heads(self.k_proj(key), self.num_heads)    # (batch, H, S, head_dim)
-        v = split_heads(self.v_proj(value), self.num_heads)  # (batch, H, S, head_dim)
-        heads, weights = grouped_attention(q, k, v, attn_mask, is_causal)
-        return self.out_proj(merge_heads(heads)), weights
+        q = _split_heads(self.q_proj(query), self.num_heads)  # (batch, H, L, head_dim)
+        k = _split_heads(self.k_proj(key), self.num_heads)    # (batch, H, S, head_dim)
+        v = _split_heads(self.v_proj(value), self.num_heads)  # (batch, H, S, head_dim)
+        heads, weights = _grouped_attention(q, k, v, attn_mask, is_causal)
+        return self.out_proj(_merge_heads(heads)), weights
 
     @classmethod
     def from_torch(cls, module):
         """A copy of a torch.nn.MultiheadAttention(batch_first=True) that gives the same outputs
         (with dropout off: eval mode or dropout=0)."""
-        if not isinstance(module, nn.MultiheadAttention) or not module.batch_first:
-            raise ValueError("from_torch needs a torch.nn.MultiheadAttention with batch_first=True")
+        require_instance("module", module, nn.MultiheadAttention,
+                         "a torch.nn.MultiheadAttention(batch_first=True)")
+        if not module.batch_first:
+            raise ValueError("from_torch needs a torch.nn.MultiheadAttention with "
+                             "batch_first=True: module has batch_first=False")
         if module.bias_k is not None or module.add_zero_attn or not module._qkv_same_embed_dim:
             raise ValueError("from_torch supports neither add_bias_kv, add_zero_attn nor kdim/vdim "
-                             "different from embed_dim")
+                             "different from embed_dim, which module has")
         bias = module.in_proj_bias is not None
         like = module.in_proj_weight                   # the copy lives where the original does
         copy = cls(module.embed_dim, module.num_heads, bias=bias).to(like.device, like.dtype)
@@ -137,7 +190,8 @@ class GroupedQueryAttention(nn.Module):
 
     def __init__(self, embed_dim, num_heads, num_kv_heads, bias=False):
         super().__init__()
-        _check_heads(embed_dim, num_heads, num_kv_heads)
+        _check_heads(embed_dim, num_heads)
+        _check_kv_heads(num_heads, num_kv_heads)
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.head_dim = embed_dim // num_heads
         self.q_proj = nn.Linear(embed_dim, num_heads * self.head_dim, bias=bias)
@@ -148,21 +202,26 @@ class GroupedQueryAttention(nn.Module):
     def project_kv(self, x):
         """x (batch, L, embed_dim) -> keys, values (batch, num_kv_heads, L, head_dim): exactly what
         a KV cache stores for this layer."""
-        _check_sequence("x", x, self.embed_dim)
-        return split_heads(self.k_proj(x), self.num_kv_heads), split_heads(self.v_proj(x), self.num_kv_heads)
+        _check_sequence("x", x, self.embed_dim, self.k_proj.weight.dtype)
+        return self._project_kv(x)
+
+    def _project_kv(self, x):
+        return (_split_heads(self.k_proj(x), self.num_kv_heads),
+                _split_heads(self.v_proj(x), self.num_kv_heads))
 
     def forward(self, x, attn_mask=None, is_causal=False):
-        _check_sequence("x", x, self.embed_dim)
-        q = split_heads(self.q_proj(x), self.num_heads)  # (batch, H, L, head_dim)
-        k, v = self.project_kv(x)                        # (batch, H_kv, L, head_dim) each
-        heads, weights = grouped_attention(q, k, v, attn_mask, is_causal)
-        return self.out_proj(merge_heads(heads)), weights
+        _check_sequence("x", x, self.embed_dim, self.q_proj.weight.dtype)
+        q = _split_heads(self.q_proj(x), self.num_heads)  # (batch, H, L, head_dim)
+        k, v = self._project_kv(x)                        # (batch, H_kv, L, head_dim) each
+        heads, weights = _grouped_attention(q, k, v, attn_mask, is_causal)
+        return self.out_proj(_merge_heads(heads)), weights
 
     @classmethod
     def from_multihead(cls, mha, num_kv_heads):
         """Convert a MultiHeadAttention to GQA by mean-pooling the key and value projections of
         each group of heads (Ainslie et al. 2023); query and output projections are copied."""
-        _check_heads(mha.embed_dim, mha.num_heads, num_kv_heads)
+        require_instance("mha", mha, MultiHeadAttention, "a MultiHeadAttention")
+        _check_kv_heads(mha.num_heads, num_kv_heads)
         bias = mha.q_proj.bias is not None
         like = mha.q_proj.weight                       # the copy lives where the original does
         gqa = cls(mha.embed_dim, mha.num_heads, num_kv_heads, bias=bias).to(like.device, like.dtype)
@@ -190,6 +249,5 @@ def kv_cache_bytes(*, batch_size, seq_len, num_layers, num_kv_heads, head_dim, b
              "num_kv_heads": num_kv_heads, "head_dim": head_dim,
              "bytes_per_element": bytes_per_element}
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        require_int(name, value, 1, message=f"{name} must be a positive integer, got {value!r}")
     return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_element

@@ -7,15 +7,28 @@ Every function returns the matplotlib Figure (or Axes) so a notebook can add to 
 import matplotlib.pyplot as plt
 import torch
 
-from ._shapes import require_rank, shape_of
+from ._shapes import require_rank, shape_of, type_name
 
 OKABE_ITO = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 LINE_STYLES = ["-", "-.", ":", (0, (5, 1)), "-", "-.", ":", (0, (5, 1))]  # curves stay apart in grey
 
 
-def _numpy(tensor):
-    """Any tensor (any device, any dtype, with or without grad) as a float64 NumPy array."""
-    return torch.as_tensor(tensor).detach().to("cpu", torch.float64).numpy()
+def _as_tensor(name, values):
+    """A tensor, array or nested list of numbers (any device, dtype, with or without grad) as a
+    float64 CPU tensor; TypeError naming `name` for anything else."""
+    try:
+        tensor = torch.as_tensor(values)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be a tensor or an array of numbers, got "
+                        f"{type_name(values)}") from None
+    if tensor.dtype.is_complex:
+        raise TypeError(f"{name} must hold real numbers, got {tensor.dtype}")
+    return tensor.detach().to("cpu", torch.float64)
+
+
+def _numpy(name, values):
+    """_as_tensor as a NumPy array."""
+    return _as_tensor(name, values).numpy()
 
 
 def _as_grid(weights):
@@ -39,7 +52,7 @@ def plot_attention(weights, xlabel="keys", ylabel="queries", titles=None, extent
     `vmax`: 1 by default, since weights are probabilities, so maps of different figures compare;
     `vmax=None` stretches it to the largest weight shown.
     """
-    grid = _as_grid(torch.as_tensor(weights).detach().to("cpu", torch.float64))
+    grid = _as_grid(_as_tensor("weights", weights))
     rows, cols = grid.shape[:2]
     if titles is not None and len(titles) != rows * cols:
         raise ValueError(f"{len(titles)} titles for {rows * cols} panels of shape {shape_of(grid)}")
@@ -66,18 +79,29 @@ def plot_regression(x_train, y_train, x_test, predictions, truth=None, ax=None,
     x_train, y_train: (n_train,); x_test: (n_test,); predictions: {label: (n_test,)};
     truth: (n_test,) or None. Returns the Axes.
     """
-    for label, curve in predictions.items():
+    if not isinstance(predictions, dict):
+        raise TypeError(f"predictions must be a dict {{label: (n_test,) curve}}, got "
+                        f"{type_name(predictions)}")
+    x_train, y_train = _numpy("x_train", x_train), _numpy("y_train", y_train)
+    x_test = _numpy("x_test", x_test)
+    truth = None if truth is None else _numpy("truth", truth)
+    curves = {label: _numpy(f"predictions[{label!r}]", curve)
+              for label, curve in predictions.items()}
+    if x_train.size != y_train.size:
+        raise ValueError(f"x_train {x_train.shape} and y_train {y_train.shape} must hold one "
+                         "point each")
+    for label, curve in curves.items():
         if curve.shape != x_test.shape:
-            raise ValueError(f"prediction {label!r} has shape {shape_of(curve)}, "
-                             f"x_test has {shape_of(x_test)}")
+            raise ValueError(f"prediction {label!r} has shape {curve.shape}, "
+                             f"x_test has {x_test.shape}")
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.6), constrained_layout=True)
-    ax.scatter(_numpy(x_train), _numpy(y_train), s=12, color="0.55", alpha=0.8, label=data_label)
+    ax.scatter(x_train, y_train, s=12, color="0.55", alpha=0.8, label=data_label)
     if truth is not None:
-        ax.plot(_numpy(x_test), _numpy(truth), color="black", linestyle="--", linewidth=1.5,
+        ax.plot(x_test, truth, color="black", linestyle="--", linewidth=1.5,
                 label="true function")
-    for colour, style, (label, curve) in zip(OKABE_ITO, LINE_STYLES, predictions.items()):
-        ax.plot(_numpy(x_test), _numpy(curve), color=colour, linestyle=style, linewidth=2,
+    for colour, style, (label, curve) in zip(OKABE_ITO, LINE_STYLES, curves.items()):
+        ax.plot(x_test, curve, color=colour, linestyle=style, linewidth=2,
                 label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -93,7 +117,7 @@ def plot_attention_schematic(weights, key_labels=None, value_labels=None, query_
     its weight alpha_i, each key beside its value, and the output sum_i alpha_i v_i. weights (n,),
     non-negative and summing to 1; `first`: the index of the first pair in the labels (1, or 0
     to match Python's). Returns the Axes."""
-    weights = torch.as_tensor(_numpy(weights))
+    weights = _as_tensor("weights", weights)
     require_rank("weights", weights, (1,))
     if (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
         raise ValueError(f"weights {shape_of(weights)} must be non-negative and sum to 1")

@@ -8,26 +8,39 @@ softmax, which is exactly how attention turns scores into weights.
 """
 
 import math
+import numbers
 
 import torch
 from torch import nn
 
-from ._shapes import require_finite, require_positive, require_rank, require_same_length, shape_of
+from ._shapes import (
+    require_finite,
+    require_float,
+    require_positive,
+    require_rank,
+    require_same_dtype,
+    require_same_length,
+    shape_of,
+    type_name,
+)
 from .masking import softmax
 
 
 def gaussian_kernel(u):
     """Gaussian kernel exp(-u^2 / 2), up to its constant 1/sqrt(2 pi); any shape."""
+    require_float("u", u)
     return torch.exp(-u**2 / 2)
 
 
 def boxcar_kernel(u):
     """Boxcar (uniform) kernel: 1 where |u| <= 1 and 0 elsewhere, up to its constant 1/2."""
+    require_float("u", u)
     return (u.abs() <= 1).to(u.dtype)
 
 
 def epanechnikov_kernel(u):
     """Epanechnikov kernel max(0, 1 - u^2), up to its constant 3/4."""
+    require_float("u", u)
     return (1 - u**2).clamp(min=0)
 
 
@@ -38,24 +51,38 @@ KERNELS = {
 }
 
 
+def _check_kernel(kernel):
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a kernel's name (a str), got {type_name(kernel)}")
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {sorted(KERNELS)}")
+
+
 def _log_kernel(u, kernel):
     """log K(u) for a kernel name; -inf where a compact kernel is zero."""
     if kernel == "gaussian":
         return -u**2 / 2  # exact, and never underflows to log(0)
-    if kernel not in KERNELS:
-        raise ValueError(f"unknown kernel {kernel!r}; choose one of {sorted(KERNELS)}")
     return torch.log(KERNELS[kernel](u))
 
 
-def _check_bandwidth(bandwidth, n_keys):
-    """A bandwidth is a positive number or a positive tensor of shape () or (n_keys,)."""
+def _check_bandwidth(bandwidth, keys):
+    """A bandwidth is a positive number or a positive tensor of shape () or (n_keys,); a per-key
+    bandwidth has the keys' dtype."""
     if isinstance(bandwidth, torch.Tensor) and bandwidth.dim() > 0:
-        if bandwidth.shape != (n_keys,):
+        if bandwidth.shape != (keys.shape[0],):
             raise ValueError(
-                f"a per-key bandwidth must have shape ({n_keys},) like the keys, "
+                f"a per-key bandwidth must have shape ({keys.shape[0]},) like the keys, "
                 f"got {shape_of(bandwidth)}"
             )
+        require_same_dtype("keys", keys, "bandwidth", bandwidth)
     require_positive("bandwidth", bandwidth)
+
+
+def _check_points(**named):
+    """1-D float tensors of one dtype (queries, keys, values of the regression)."""
+    for name, tensor in named.items():
+        require_float(name, tensor, 1)
+    require_same_dtype(*(item for pair in named.items() for item in pair))
 
 
 def kernel_scores(queries, keys, bandwidth=1.0, kernel="gaussian"):
@@ -63,9 +90,9 @@ def kernel_scores(queries, keys, bandwidth=1.0, kernel="gaussian"):
 
     `bandwidth` is a number or a tensor of shape (n_k,) (one width per key).
     """
-    require_rank("queries", queries, 1)
-    require_rank("keys", keys, 1)
-    _check_bandwidth(bandwidth, keys.shape[0])
+    _check_points(queries=queries, keys=keys)
+    _check_bandwidth(bandwidth, keys)
+    _check_kernel(kernel)
     scaled_distance = (queries[:, None] - keys[None, :]) / bandwidth  # (n_q, n_k)
     return _log_kernel(scaled_distance, kernel)
 
@@ -95,7 +122,7 @@ def _exclude_self(scores):
 
 def _pool(weights, values):
     """Weighted average of values: weights (n_q, n_k), values (n_k,) or (n_k, d_v)."""
-    require_rank("values", values, (1, 2))
+    require_float("values", values, (1, 2))
     require_same_length("weights", weights, "values", values, dim_a=1, dim_b=0)
     return weights @ values
 
@@ -108,8 +135,9 @@ def nadaraya_watson(queries, keys, values, bandwidth=1.0, kernel="gaussian"):
     rows are non-negative and sum to 1. With a compact kernel ('boxcar', 'epanechnikov') a query
     with no key within one bandwidth raises ValueError rather than returning NaN.
     """
-    require_rank("values", values, (1, 2))
-    require_rank("keys", keys, 1)
+    require_float("values", values, (1, 2))
+    _check_points(queries=queries, keys=keys)
+    require_same_dtype("keys", keys, "values", values)
     require_same_length("keys", keys, "values", values)
     weights = _normalise(kernel_scores(queries, keys, bandwidth, kernel), "nadaraya_watson")
     return _pool(weights, values), weights
@@ -122,8 +150,7 @@ def leave_one_out_mse(keys, values, bandwidth=1.0, kernel="gaussian"):
     tiny bandwidth cannot cheat by copying y_i. This is the classic way to choose h from data
     alone (leave-one-out cross-validation).
     """
-    require_rank("keys", keys, 1)
-    require_rank("values", values, 1)
+    _check_points(keys=keys, values=values)
     require_same_length("keys", keys, "values", values)
     scores = _exclude_self(kernel_scores(keys, keys, bandwidth, kernel))
     predictions = _pool(_normalise(scores, "leave_one_out_mse"), values)
@@ -137,8 +164,10 @@ def select_bandwidth(keys, values, bandwidths, kernel="gaussian"):
     errors is a float64 tensor (n_h,); it holds inf where a compact kernel leaves some point
     with no other key in reach, so such a bandwidth is never chosen.
     """
-    candidates = torch.as_tensor(bandwidths, dtype=torch.float64)
-    require_rank("bandwidths", candidates, 1)
+    _check_points(keys=keys, values=values)
+    require_same_length("keys", keys, "values", values)
+    _check_kernel(kernel)
+    candidates = _bandwidth_candidates(bandwidths)
     errors = torch.full_like(candidates, float("inf"))
     for index, bandwidth in enumerate(candidates.tolist()):
         try:
@@ -150,6 +179,25 @@ def select_bandwidth(keys, values, bandwidths, kernel="gaussian"):
         raise ValueError(f"no bandwidth among {candidates.tolist()} reaches a neighbour "
                          f"for every one of the {keys.shape[0]} keys")
     return candidates[errors.argmin()].item(), errors
+
+
+def _bandwidth_candidates(bandwidths):
+    """bandwidths: a 1-D tensor or a sequence of positive numbers -> float64 tensor (n_h,)."""
+    if isinstance(bandwidths, torch.Tensor):
+        require_rank("bandwidths", bandwidths, 1)
+        if bandwidths.dtype == torch.bool or bandwidths.dtype.is_complex:
+            raise ValueError(f"bandwidths {shape_of(bandwidths)} must hold real numbers, got "
+                             f"{bandwidths.dtype}")
+    elif isinstance(bandwidths, (str, bytes)) or not hasattr(bandwidths, "__iter__") or not all(
+            isinstance(h, numbers.Real) and not isinstance(h, bool) for h in bandwidths):
+        raise TypeError(f"bandwidths must be a 1-D tensor or a sequence of numbers, got "
+                        f"{bandwidths!r}")
+    candidates = torch.as_tensor(bandwidths, dtype=torch.float64)
+    require_rank("bandwidths", candidates, 1)
+    if len(candidates) == 0 or not (candidates > 0).all():
+        raise ValueError(f"bandwidths must be one or more positive numbers, got "
+                         f"{candidates.tolist()}")
+    return candidates
 
 
 class KernelRegression(nn.Module):
@@ -164,11 +212,13 @@ class KernelRegression(nn.Module):
 
     def __init__(self, keys, values, bandwidth=1.0, per_key=False):
         super().__init__()
-        require_rank("keys", keys, 1)
-        require_rank("values", values, 1)
+        _check_points(keys=keys, values=values)
         require_same_length("keys", keys, "values", values)
         require_finite("keys", keys)
         require_positive("bandwidth", bandwidth)
+        if isinstance(bandwidth, torch.Tensor) and bandwidth.numel() != 1:
+            raise ValueError(f"bandwidth {shape_of(bandwidth)} must be one number, the initial "
+                             "width of every key (per_key=True makes one width per key)")
         self.register_buffer("keys", keys)
         self.register_buffer("values", values)
         shape = (keys.shape[0],) if per_key else ()
@@ -188,6 +238,7 @@ class KernelRegression(nn.Module):
         With `leave_one_out=True` the queries must be the stored keys, and each query's own
         key is masked out: training on that loss cannot shrink h to copy the targets.
         """
+        _check_points(queries=queries, keys=self.keys)
         scores = kernel_scores(queries, self.keys, self.bandwidth)
         if leave_one_out:
             if queries.shape != self.keys.shape or not torch.equal(queries, self.keys):

@@ -2,6 +2,8 @@
 
 import torch
 
+from ._shapes import require_floating_dtype, require_int, require_number
+
 
 def sinusoidal_positional_encoding(num_positions, dim, base=10000.0, *, device=None, dtype=None):
     """The sinusoidal encoding of Vaswani et al. (2017): (num_positions, dim) with
@@ -10,6 +12,10 @@ def sinusoidal_positional_encoding(num_positions, dim, base=10000.0, *, device=N
     Computed in float64 (exact angles for long sequences), returned in `dtype` (default: torch's
     default dtype) on `device` (default: the CPU), so that it can be added to a model's inputs
     where they live."""
+    require_int("num_positions", num_positions)
+    require_int("dim", dim)
+    require_number("base", base, 0, strict=True)
+    require_floating_dtype("dtype", dtype)
     if num_positions < 1 or dim < 2 or dim % 2:
         raise ValueError(f"need num_positions >= 1 and an even dim >= 2, got ({num_positions}, {dim})")
     wide = torch.float32 if torch.device(device or "cpu").type == "mps" else torch.float64

@@ -9,15 +9,28 @@ theta_i = base^(-2i / head_dim), i = 0 .. head_dim / 2 - 1.
 
 import torch
 
-from ._shapes import require_tensor, shape_of
+from ._shapes import (
+    require_float,
+    require_floating_dtype,
+    require_int,
+    require_integer,
+    require_number,
+    require_tensor,
+    shape_of,
+)
 
 
 def rotary_frequencies(head_dim, base=10000.0, *, device=None, dtype=None):
     """theta_i = base^(-2i / head_dim) for i < head_dim / 2 -> (head_dim / 2,)."""
+    require_int("head_dim", head_dim)
     if head_dim < 2 or head_dim % 2:
         raise ValueError(f"head_dim must be even and >= 2, got {head_dim}")
-    if base <= 1:
-        raise ValueError(f"base must be > 1, got {base}")
+    require_number("base", base, 1, strict=True)
+    require_floating_dtype("dtype", dtype)
+    return _frequencies(head_dim, base, device, dtype)
+
+
+def _frequencies(head_dim, base, device, dtype):
     exponents = torch.arange(0, head_dim, 2, device=device, dtype=dtype)
     return base ** (-exponents / head_dim)
 
@@ -40,8 +53,7 @@ def _check_positions(positions, seq, device):
             f"positions {shape_of(positions)} must be (seq,) = ({seq},), "
             "one position per token"
         )
-    if positions.is_floating_point() or positions.is_complex():
-        raise ValueError(f"positions must be integers, got {positions.dtype}")
+    require_integer("positions", positions)
     return positions.to(device)
 
 
@@ -51,15 +63,21 @@ def apply_rotary(x, positions=None, base=10000.0):
     Pair (x_i, x_{i + head_dim/2}) at position m turns by the angle m theta_i:
     (x_i cos - x_{i+h} sin, x_i sin + x_{i+h} cos). Default positions 0..seq-1.
     """
-    require_tensor("x", x)
+    require_float("x", x)
     if x.dim() < 2 or x.shape[-1] < 2 or x.shape[-1] % 2:
         raise ValueError(
             f"x {shape_of(x)} must be (..., seq, head_dim) with an even head_dim"
         )
-    seq, head_dim = x.shape[-2:]
-    positions = _check_positions(positions, seq, x.device)
+    positions = _check_positions(positions, x.shape[-2], x.device)
+    require_number("base", base, 1, strict=True)
+    return _rotate(x, positions, base)
+
+
+def _rotate(x, positions, base):
+    """apply_rotary for arguments its caller has checked (positions on x's device)."""
+    head_dim = x.shape[-1]
     wide, work = _compute_dtypes(x)
-    theta = rotary_frequencies(head_dim, base, device=x.device, dtype=wide)
+    theta = _frequencies(head_dim, base, x.device, wide)
     angles = positions.to(wide)[:, None] * theta  # (seq, head_dim / 2)
     cos, sin = angles.cos().to(work), angles.sin().to(work)
     first, second = x.to(work).chunk(2, dim=-1)  # (..., seq, head_dim / 2)

@@ -9,16 +9,29 @@ import math
 
 import torch
 
-from ._shapes import require_positive, require_rank, shape_of
+from ._shapes import (
+    require_float,
+    require_number,
+    require_positive,
+    require_same_dtype,
+    shape_of,
+    type_name,
+)
 from .masking import HALF_PRECISION, softmax
+
+RANKS = tuple(range(2, 8))  # (n, d) to (b1, ..., b5, n, d)
 
 
 def _check_pair(queries, keys):
-    require_rank("queries", queries, tuple(range(2, 8)))
-    require_rank("keys", keys, tuple(range(2, 8)))
+    require_float("queries", queries, RANKS)
+    require_float("keys", keys, RANKS)
+    require_same_dtype("queries", queries, "keys", keys)
     if queries.shape[-1] != keys.shape[-1]:
         raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} must share "
                          "the feature size (last dimension)")
+    if queries.shape[-1] == 0:
+        raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} have no "
+                         "features (d = 0)")
     if queries.shape[:-2] != keys.shape[:-2]:
         raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} must share "
                          "their leading (batch) dimensions")
@@ -33,12 +46,15 @@ def dot_product_scores(queries, keys, temperature=1.0):
 
 def scaled_dot_product_scores(queries, keys, temperature=1.0):
     """q . k / (sqrt(d) * temperature): the transformer's score (Vaswani et al. 2017)."""
+    _check_pair(queries, keys)
     return dot_product_scores(queries, keys, temperature) / math.sqrt(queries.shape[-1])
 
 
 def cosine_scores(queries, keys, temperature=1.0, eps=1e-9):
     """cos(q, k) / temperature = q . k / (|q| |k| temperature); a zero vector scores 0."""
     _check_pair(queries, keys)
+    require_positive("temperature", temperature)
+    require_number("eps", eps, 0)
     unit_queries = queries / (queries.norm(dim=-1, keepdim=True) + eps)
     unit_keys = keys / (keys.norm(dim=-1, keepdim=True) + eps)
     return dot_product_scores(unit_queries, unit_keys, temperature)
@@ -70,9 +86,14 @@ def soft_nearest_neighbours(queries, keys, values, similarity="scaled_dot", **op
     SIMILARITIES and `options` its keyword (temperature or bandwidth).
     Returns (output (..., n_q, d_v), weights (..., n_q, n_k)).
     """
+    if not isinstance(similarity, str):
+        raise TypeError(f"similarity must be a name from SIMILARITIES (a str), got "
+                        f"{type_name(similarity)}")
     if similarity not in SIMILARITIES:
         raise ValueError(f"unknown similarity {similarity!r}; choose one of {sorted(SIMILARITIES)}")
-    require_rank("values", values, tuple(range(2, 8)))
+    _check_pair(queries, keys)
+    require_float("values", values, RANKS)
+    require_same_dtype("keys", keys, "values", values)
     if values.shape[:-1] != keys.shape[:-1]:
         raise ValueError(f"keys {shape_of(keys)} and values {shape_of(values)} must agree on "
                          "every dimension but the last (one value per key)")

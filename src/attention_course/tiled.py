@@ -11,16 +11,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ._shapes import shape_of
-from .attention import _check_qkv
+from ._shapes import require_int, shape_of, type_name
+from .attention import _check_qkv, _check_scale
 from .masking import HALF_PRECISION
 
 
 def _check_block_size(block_size):
-    if isinstance(block_size, bool) or not isinstance(block_size, int):
-        raise ValueError(f"block_size must be an int, got {block_size!r}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    require_int("block_size", block_size, 1,
+                message=f"block_size must be at least 1, got {block_size!r}")
 
 
 def tile_schedule(n_queries, n_keys, block_size, is_causal=False):
@@ -33,6 +31,8 @@ def tile_schedule(n_queries, n_keys, block_size, is_causal=False):
     no allowed entry and is left out; needs_mask is True for the tiles the
     diagonal crosses.
     """
+    require_int("n_queries", n_queries, 0)
+    require_int("n_keys", n_keys, 0)
     _check_block_size(block_size)
     return _tiles(n_queries, n_keys, block_size, is_causal)
 
@@ -69,16 +69,12 @@ def flash_attention(query, key, value, is_causal=False, scale=None,
     to their dtype at the end, the log-sum-exp stays float32 (as in
     FlashAttention: rounded, it would spoil the recomputed weights).
     """
-    _check_qkv(query, key, value)
-    if not query.dtype == key.dtype == value.dtype:
-        raise ValueError(f"query {shape_of(query)} {query.dtype}, key "
-                         f"{shape_of(key)} {key.dtype} and value "
-                         f"{shape_of(value)} {value.dtype} must share a dtype")
+    _check_qkv(query, key, value)          # float tensors of one dtype
     _check_block_size(block_size)
     if key.shape[-2] == 0:
         raise ValueError(f"key {shape_of(key)} has no keys (S = 0): every "
                          "query needs at least one key to attend to")
-    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scale = _check_scale(scale, query)
     dtype = query.dtype
     if dtype in HALF_PRECISION:
         query, key, value = query.float(), key.float(), value.float()
@@ -143,6 +139,8 @@ def largest_tensor(function, *args, **kwargs):
     operation returned, output included, and the operation's name. PyTorch
     reports every operation to a dispatch mode, fused kernels included.
     """
+    if not callable(function):
+        raise TypeError(f"function must be callable, got {type_name(function)}")
     with _LargestTensor() as largest:
         result = function(*args, **kwargs)
     return result, (largest.numel, largest.shape, largest.operation)
@@ -164,6 +162,7 @@ def reset_peak_resident_bytes():
 
 def naive_attention(query, key, value, is_causal=False):
     """softmax(Q K^T / sqrt(E)) V as three plain lines: holds (..., L, S)."""
+    _check_qkv(query, key, value)
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
     if is_causal:
         n_queries, n_keys = scores.shape[-2:]
@@ -221,19 +220,26 @@ def peak_extra_memory(implementation, lengths, head_dim=64, block_size=128):
     uncounted (a few tiles under 64 KiB, for small block sizes). A result
     wobbles by a few hundred KiB from run to run.
     """
+    if not isinstance(implementation, str):
+        raise TypeError(f"implementation must be one of {IMPLEMENTATIONS}, got "
+                        f"{type_name(implementation)}")
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, "
                          f"got {implementation!r}")
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise TypeError(f"lengths must be a list of sequence lengths, got "
+                        f"{type_name(lengths)}")
+    lengths = list(lengths)
+    for length in lengths:
+        require_int("lengths", length, 1,
+                    message=f"lengths must each be at least 1, got {length}")
+    require_int("head_dim", head_dim, 1)
     lengths = [int(length) for length in lengths]
     block_sizes = (list(block_size) if isinstance(block_size, (list, tuple))
                    else [block_size] * len(lengths))
     if len(block_sizes) != len(lengths):
         raise ValueError(f"{len(block_sizes)} block sizes for {len(lengths)} "
                          "lengths: give one block size, or one per length")
-    for name, number in (*(("length", n) for n in lengths),
-                         ("head_dim", head_dim)):
-        if number < 1:
-            raise ValueError(f"{name} must be at least 1, got {number}")
     for size in block_sizes:
         _check_block_size(size)
     environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536",

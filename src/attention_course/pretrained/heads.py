@@ -4,8 +4,9 @@ import contextlib
 
 import torch
 
-from .._shapes import require_rank, shape_of
+from .._shapes import is_integer, require_float, require_rank, shape_of, type_name
 from ..masking import valid_lens_mask
+from ..multihead import GroupedQueryAttention, MultiHeadAttention
 
 
 def attention_layers(model):
@@ -15,7 +16,12 @@ def attention_layers(model):
     if stack is None:
         raise TypeError(f"model must have .layers or .blocks of attention layers, got "
                         f"{type(model).__name__}")
-    return [layer.attention for layer in stack]
+    attentions = [getattr(layer, "attention", None) for layer in stack]
+    if not attentions or not all(isinstance(attention, (MultiHeadAttention, GroupedQueryAttention))
+                                 for attention in attentions):
+        raise TypeError(f"model must have .layers or .blocks whose .attention is a "
+                        f"MultiHeadAttention or GroupedQueryAttention, got {type_name(model)}")
+    return attentions
 
 
 @contextlib.contextmanager
@@ -25,6 +31,13 @@ def ablated_heads(model, heads):
     the same as zeroing the head's output. The weights come back after.
     `model`: a SentenceEncoder (its .layers) or a TinyDecoder (its .blocks)."""
     layers = attention_layers(model)
+    if isinstance(heads, (str, bytes)) or not hasattr(heads, "__iter__"):
+        raise TypeError(f"heads must be a list of (layer, head) pairs, got {type_name(heads)}")
+    heads = list(heads)
+    for pair in heads:
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2
+                and all(is_integer(index) for index in pair)):
+            raise TypeError(f"heads must be (layer, head) pairs of integers, got {pair!r}")
     heads = [(int(layer), int(head)) for layer, head in heads]
     n_heads = layers[0].num_heads
     for layer, head in heads:
@@ -56,8 +69,18 @@ def attention_to(weights, targets, valid_lens):
     queries that have at least one target (pooled over all sentences for
     per_head). A sentence without any such query raises ValueError.
     """
+    if not isinstance(weights, (list, tuple)) or not weights:
+        raise TypeError(f"weights must be a list of (batch, H, L, L) tensors, one per layer, "
+                        f"got {type_name(weights)}")
+    for index, layer_weights in enumerate(weights):
+        require_float(f"weights[{index}]", layer_weights, 4)
+        if layer_weights.shape != weights[0].shape:
+            raise ValueError(f"weights[{index}] {shape_of(layer_weights)} and weights[0] "
+                             f"{shape_of(weights[0])} must have one shape")
     weights = torch.stack(tuple(weights), dim=1)  # (batch, layers, H, L, L)
     require_rank("targets", targets, 3)
+    if targets.dtype != torch.bool:
+        raise ValueError(f"targets {shape_of(targets)} must be a bool mask, got {targets.dtype}")
     if targets.shape != weights.shape[:1] + weights.shape[-2:]:
         raise ValueError(f"targets {shape_of(targets)} must be (batch, L, L) "
                          f"for weights {shape_of(weights)}")

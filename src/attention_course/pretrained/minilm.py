@@ -12,6 +12,7 @@ Every attention layer is the course's `MultiHeadAttention` with the model's
 weights copied in; padded batches use the course's `valid_lens_mask`.
 """
 
+import collections.abc
 import dataclasses
 import json
 import pathlib
@@ -19,7 +20,18 @@ import pathlib
 import torch
 from torch import nn
 
-from .._shapes import require_rank, shape_of
+from .._shapes import (
+    require_dtype_of,
+    require_float,
+    require_instance,
+    require_int,
+    require_integer,
+    require_number,
+    require_rank,
+    shape_of,
+    type_name,
+)
+from ..decoding import TOKEN_ID_DTYPES
 from ..masking import valid_lens_mask
 from ..multihead import MultiHeadAttention
 
@@ -53,6 +65,12 @@ class EncoderConfig:
     num_segments: int = 2
     norm_eps: float = 1e-12
 
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            if field.name != "norm_eps":
+                require_int(field.name, getattr(self, field.name), 1)
+        require_number("norm_eps", self.norm_eps, 0)
+
     @classmethod
     def from_json(cls, path):
         """Read a Hugging Face BERT config.json."""
@@ -68,6 +86,14 @@ class EncoderConfig:
                    norm_eps=bert["layer_norm_eps"])
 
 
+def _check_hidden(name, x, attention):
+    """x (batch, L, E) for an attention layer of width E, in its weights' dtype."""
+    require_float(name, x, 3)
+    if x.shape[-1] != attention.embed_dim:
+        raise ValueError(f"{name} {shape_of(x)} must be (batch, L, E={attention.embed_dim})")
+    require_dtype_of(name, x, attention.q_proj.weight.dtype, "the layer's weights")
+
+
 class EncoderLayer(nn.Module):
     """One post-norm encoder layer, as BERT's:
     x <- LayerNorm(x + MultiHeadAttention(x)); x <- LayerNorm(x + FFN(x)),
@@ -75,6 +101,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, config):
         super().__init__()
+        require_instance("config", config, EncoderConfig, "an EncoderConfig")
         width = config.embed_dim
         self.attention = MultiHeadAttention(width, config.num_heads)
         self.attention_norm = nn.LayerNorm(width, eps=config.norm_eps)
@@ -85,6 +112,7 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x, attn_mask=None):
         """x (batch, L, E) -> (x (batch, L, E), weights (batch, H, L, L))."""
+        _check_hidden("x", x, self.attention)
         attended, weights = self.attention(x, x, x, attn_mask=attn_mask)
         x = self.attention_norm(x + attended)
         x = self.output_norm(x + self.feed_forward(x))
@@ -102,6 +130,7 @@ class SentenceEncoder(nn.Module):
 
     def __init__(self, config=EncoderConfig()):
         super().__init__()
+        require_instance("config", config, EncoderConfig, "an EncoderConfig")
         self.config = config
         width = config.embed_dim
         self.token_embedding = nn.Embedding(config.vocab_size, width)
@@ -111,22 +140,37 @@ class SentenceEncoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(config)
                                     for _ in range(config.num_layers))
 
-    def _check(self, ids, valid_lens):
-        require_rank("ids", ids, 2)
-        require_rank("valid_lens", valid_lens, 1)
-        if ids.dtype.is_floating_point or valid_lens.shape[0] != ids.shape[0]:
-            raise ValueError(f"ids {shape_of(ids)} must be integer token ids "
-                             f"and valid_lens {shape_of(valid_lens)} hold one "
-                             "length per sentence")
-        if ids.shape[1] > self.config.max_positions:
-            raise ValueError(f"ids {shape_of(ids)}: at most "
+    def _check_ids(self, ids):
+        require_integer("ids", ids, 2, what="integer token ids")
+        if ids.dtype not in TOKEN_ID_DTYPES:
+            raise ValueError(f"ids {shape_of(ids)} must hold integer token ids "
+                             f"(int64 or int32, what an embedding reads), got "
+                             f"{ids.dtype}")
+        if not 1 <= ids.shape[1] <= self.config.max_positions:
+            raise ValueError(f"ids {shape_of(ids)}: at least 1 and at most "
                              f"{self.config.max_positions} tokens")
+        vocab_size = self.config.vocab_size
+        if ((ids < 0) | (ids >= vocab_size)).any():
+            raise ValueError(f"ids {shape_of(ids)} must lie in [0, vocab_size="
+                             f"{vocab_size}), got {ids.min().item()} to "
+                             f"{ids.max().item()}")
+
+    def _check(self, ids, valid_lens):
+        self._check_ids(ids)
+        require_rank("valid_lens", valid_lens, 1)
+        if valid_lens.dtype == torch.bool or valid_lens.dtype.is_complex:
+            raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold "
+                             f"lengths (integers), got {valid_lens.dtype}")
+        if valid_lens.shape[0] != ids.shape[0]:
+            raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold one "
+                             f"length per sentence of ids {shape_of(ids)}")
         if ((valid_lens < 1) | (valid_lens > ids.shape[1])).any():
             raise ValueError(f"valid_lens {valid_lens.tolist()} must lie in "
                              f"[1, {ids.shape[1]}] for ids {shape_of(ids)}")
 
     def embed_tokens(self, ids):
         """ids (batch, L) -> token + position + segment 0, normalised."""
+        self._check_ids(ids)
         positions = torch.arange(ids.shape[1], device=ids.device)
         segments = torch.zeros_like(ids)  # one sentence: segment 0 everywhere
         x = (self.token_embedding(ids) + self.position_embedding(positions)
@@ -165,6 +209,9 @@ class SentenceEncoder(nn.Module):
 def course_state_dict(bert, config):
     """Rename a Hugging Face BERT state dict to SentenceEncoder's names. Every
     weight but IGNORED_WEIGHTS must be used, exactly once."""
+    require_instance("bert", bert, collections.abc.Mapping,
+                     "a mapping of weight names to tensors")
+    require_instance("config", config, EncoderConfig, "an EncoderConfig")
     bert = {name.removeprefix("bert."): tensor for name, tensor in bert.items()}
     renamed = {
         "token_embedding.weight": "embeddings.word_embeddings.weight",
@@ -198,7 +245,11 @@ def course_state_dict(bert, config):
 def mean_pool(hidden, valid_lens):
     """hidden (batch, L, E), valid_lens (batch,) -> the mean of each sentence's
     valid token vectors, (batch, E)."""
-    require_rank("hidden", hidden, 3)
+    require_float("hidden", hidden, 3)
+    require_rank("valid_lens", valid_lens, 1)
+    if valid_lens.shape[0] != hidden.shape[0]:
+        raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold one length per "
+                         f"sentence of hidden {shape_of(hidden)}")
     keep = valid_lens_mask(valid_lens, 1, hidden.shape[1])  # (batch, 1, L)
     keep = keep.transpose(1, 2).to(hidden.dtype)            # (batch, L, 1)
     return (hidden * keep).sum(1) / keep.sum(1).clamp(min=1)
@@ -229,11 +280,24 @@ def load_tokenizer(folder=None):
     return tokenizer
 
 
+def _check_tokenizer(tokenizer):
+    if not callable(getattr(tokenizer, "encode_batch", None)):
+        raise TypeError(f"tokenizer must be a tokenizers.Tokenizer (from "
+                        f"load_tokenizer()), got {type_name(tokenizer)}")
+
+
 def tokenize(tokenizer, sentences, device=None):
     """A TokenBatch for a list of sentences."""
-    if isinstance(sentences, str) or not sentences:
+    _check_tokenizer(tokenizer)
+    if not isinstance(sentences, str) and not hasattr(sentences, "__iter__"):
+        raise TypeError(f"sentences must be a list of str, got {type_name(sentences)}")
+    sentences = [] if isinstance(sentences, str) else list(sentences)
+    if not sentences:
         raise ValueError("tokenize needs a non-empty list of sentences")
-    encodings = tokenizer.encode_batch(list(sentences))
+    if not all(isinstance(sentence, str) for sentence in sentences):
+        raise TypeError(f"sentences must be a list of str, got "
+                        f"{[type_name(sentence) for sentence in sentences]}")
+    encodings = tokenizer.encode_batch(sentences)
     lengths = [sum(encoding.attention_mask) for encoding in encodings]
     return TokenBatch(
         ids=torch.tensor([e.ids for e in encodings], device=device),
@@ -250,6 +314,7 @@ def load_minilm(dtype=torch.float32, device=None):
 
 def embed_sentences(encoder, tokenizer, sentences):
     """Unit-length sentence embeddings (len(sentences), E)."""
+    require_instance("encoder", encoder, SentenceEncoder, "a SentenceEncoder")
     device = encoder.token_embedding.weight.device
     batch = tokenize(tokenizer, sentences, device=device)
     with torch.no_grad():

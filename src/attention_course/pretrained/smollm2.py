@@ -18,6 +18,7 @@ Hugging Face's Llama does, so loading undoes that reordering
 (`interleaved_to_half_split`).
 """
 
+import collections.abc
 import dataclasses
 import importlib.util
 import pathlib
@@ -25,7 +26,7 @@ import pathlib
 import numpy as np
 import torch
 
-from .._shapes import require_rank, shape_of
+from .._shapes import require_instance, require_int, require_number, require_rank, shape_of
 from ..decoding import TinyDecoder
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -72,6 +73,13 @@ class DecoderConfig:
     norm_eps: float
     context_length: int
 
+    def __post_init__(self):
+        for name in ("vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads",
+                     "hidden_dim", "context_length"):
+            require_int(name, getattr(self, name), 1)
+        require_number("rope_base", self.rope_base, 1, strict=True)
+        require_number("norm_eps", self.norm_eps, 0)
+
     @classmethod
     def from_gguf(cls, reader):
         architecture = metadata(reader, "general.architecture")
@@ -107,8 +115,9 @@ def interleaved_to_half_split(weight, num_heads):
     pairing of `apply_rotary` (rows i and i + head_dim / 2): within each head,
     the even rows first, then the odd ones."""
     require_rank("weight", weight, 2)
+    require_int("num_heads", num_heads, 1)
     rows, columns = weight.shape
-    if num_heads < 1 or rows % (2 * num_heads):
+    if rows % (2 * num_heads):
         raise ValueError(f"weight {shape_of(weight)} does not split into "
                          f"{num_heads} heads of an even size")
     pairs = rows // num_heads // 2
@@ -118,6 +127,9 @@ def interleaved_to_half_split(weight, num_heads):
 
 def decoder_state_dict(weights, config):
     """The GGUF tensors under the names of the course's TinyDecoder (tied output)."""
+    require_instance("weights", weights, collections.abc.Mapping,
+                     "a mapping of GGUF tensor names to tensors")
+    require_instance("config", config, DecoderConfig, "a DecoderConfig")
     state = {"embed.weight": weights["token_embd.weight"],
              "lm_head.weight": weights["token_embd.weight"],  # tied
              "norm.weight": weights["output_norm.weight"]}
@@ -183,5 +195,7 @@ def chat_prompt(message, system="You are a helpful AI assistant named SmolLM, tr
                                 "Hugging Face"):
     """The text SmolLM2-Instruct expects for one user message (its chat template
     with the assistant's turn opened): ChatML's <|im_start|> role ... <|im_end|>."""
+    require_instance("message", message, str, "a str")
+    require_instance("system", system, str, "a str")
     return (f"<|im_start|>system\n{system}<|im_end|>\n"
             f"<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n")

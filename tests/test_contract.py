@@ -1,0 +1,866 @@
+"""The package's contract for bad input, walked over every public name.
+
+Every public callable of attention_course and of its public submodules (functions, classes and
+their public methods) must appear in REGISTRY, with a valid example call and the kind of each of
+its parameters, or in EXEMPT with the reason. A callable added later without an entry fails
+test_every_public_callable_is_registered; a parameter without a kind (or a stated reason to
+leave it unchecked) fails test_every_parameter_has_a_kind. For each parameter, every bad value
+in its kind's table must raise the table's exception (TypeError for the wrong kind of object,
+ValueError for a wrong value) with a message that names the parameter.
+
+The tables are built from kinds of argument, not from known bugs: a tensor of floats, of token
+ids, of lengths; a count; a positive number; a module of some class; and so on. The package's
+docstring states the contract; its NaN policy is tested at the end of this file.
+"""
+
+import dataclasses
+import importlib
+import inspect
+import math
+import pkgutil
+import re
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import attention_course as ac
+from attention_course import (
+    attention,
+    data,
+    decoding,
+    masking,
+    multihead,
+    plotting,
+    pooling,
+    positions,
+    rotary,
+    scoring,
+    tiled,
+)
+from attention_course.pretrained import heads, minilm, smollm2
+
+# ----------------------------------------------------------------------------- kinds of argument
+
+
+@dataclasses.dataclass(frozen=True)
+class Bad:
+    """A bad value for a kind of argument: make(valid value) -> the bad value, and the error."""
+
+    label: str
+    make: object
+    error: type
+
+
+def constant(value):
+    return lambda valid: value
+
+
+def other_float(tensor):
+    return tensor.to(torch.float32 if tensor.dtype == torch.float64 else torch.float64)
+
+
+def zero_dim(tensor):
+    return torch.tensor(1, dtype=tensor.dtype)
+
+
+def optional(bad_values):
+    """The same kind, where None is a valid value."""
+    return [bad for bad in bad_values if bad.label != "None"]
+
+
+NOT_A_TENSOR = [Bad("a list", lambda v: v.tolist(), TypeError),
+                Bad("None", constant(None), TypeError),
+                Bad("a string", constant("tensor"), TypeError)]
+TENSOR = NOT_A_TENSOR + [Bad("0-dim", zero_dim, ValueError)]
+ANY_FLOAT = NOT_A_TENSOR + [Bad("int64", lambda v: v.long(), ValueError),
+                            Bad("bool", lambda v: v.bool(), ValueError),
+                            Bad("complex", lambda v: v.to(torch.complex64), ValueError)]
+FLOAT = ANY_FLOAT + [Bad("0-dim", zero_dim, ValueError)]
+# floats that must share a dtype with the call's other tensors, or with a layer's weights
+MATCHED = FLOAT + [Bad("another float dtype", other_float, ValueError)]
+INTEGERS = TENSOR + [Bad("float", lambda v: v.float(), ValueError),
+                     Bad("bool", lambda v: v.bool(), ValueError)]
+IDS = INTEGERS + [Bad("uint8", lambda v: v.to(torch.uint8), ValueError),
+                  Bad("too large", lambda v: v + 10**6, ValueError),
+                  Bad("negative", lambda v: v - 10**6, ValueError)]
+LENGTHS = TENSOR + [Bad("bool", lambda v: v.bool(), ValueError),
+                    Bad("fractional", lambda v: v.double() + 0.5, ValueError),
+                    Bad("too large", lambda v: v + 10**6, ValueError),
+                    Bad("negative", lambda v: v - 10**6, ValueError)]
+WRONG_SHAPE = Bad("wrong shape", lambda v: torch.ones(7, 9, dtype=torch.bool), ValueError)
+# a bool mask that broadcasts (a 0-dim mask does), or one of a fixed rank
+ALLOWED = NOT_A_TENSOR + [Bad("float", lambda v: v.float(), ValueError), WRONG_SHAPE]
+BOOL_MASK = ALLOWED + [Bad("0-dim", zero_dim, ValueError)]
+ATTN_MASK = optional(NOT_A_TENSOR) + [
+    Bad("int64", lambda v: torch.ones(v.shape, dtype=torch.long), ValueError),
+    WRONG_SHAPE]
+COUNT = [Bad("a string", constant("2"), TypeError), Bad("a float", constant(2.5), TypeError),
+         Bad("a bool", constant(True), TypeError), Bad("None", constant(None), TypeError),
+         Bad("zero", constant(0), ValueError), Bad("negative", constant(-1), ValueError)]
+COUNT_OR_ZERO = [bad for bad in COUNT if bad.label != "zero"]
+DIM = [Bad("a string", constant("-1"), TypeError), Bad("a float", constant(1.0), TypeError),
+       Bad("out of range", constant(7), ValueError)]
+TOKEN = optional(COUNT_OR_ZERO) + [Bad("past the vocabulary", constant(10**6), ValueError)]
+SEED = [Bad("a string", constant("0"), TypeError), Bad("a float", constant(0.5), TypeError)]
+NUMBER = [Bad("a string", constant("1"), TypeError), Bad("None", constant(None), TypeError),
+          Bad("NaN", constant(math.nan), ValueError), Bad("inf", constant(math.inf), ValueError)]
+POSITIVE = [Bad("a string", constant("1"), TypeError), Bad("None", constant(None), TypeError),
+            Bad("zero", constant(0.0), ValueError), Bad("negative", constant(-1.0), ValueError),
+            Bad("NaN", constant(math.nan), ValueError)]
+NON_NEGATIVE = [Bad("a string", constant("1"), TypeError),
+                Bad("negative", constant(-1.0), ValueError),
+                Bad("NaN", constant(math.nan), ValueError)]
+BASE = [Bad("a string", constant("10000"), TypeError), Bad("one", constant(1.0), ValueError),
+        Bad("below one", constant(0.5), ValueError), Bad("NaN", constant(math.nan), ValueError)]
+PROBABILITY = [Bad("a string", constant("0.1"), TypeError),
+               Bad("negative", constant(-0.1), ValueError),
+               Bad("above one", constant(1.5), ValueError)]
+FRACTION = [Bad("a string", constant("0.5"), TypeError), Bad("NaN", constant(math.nan), ValueError),
+            Bad("above one", constant(1.5), ValueError)]
+NAME = [Bad("unknown", constant("no such name"), ValueError),
+        Bad("not a str", constant(3), TypeError)]
+TEXT = [Bad("a number", constant(3), TypeError), Bad("None", constant(None), TypeError)]
+SENTENCES = [Bad("one string", constant("a sentence"), ValueError),
+             Bad("empty", constant([]), ValueError),
+             Bad("numbers", constant([1, 2]), TypeError)]
+FLOAT_DTYPE = [Bad("a string", constant("float32"), TypeError),
+               Bad("an integer dtype", constant(torch.int64), ValueError)]
+INSTANCE = [Bad("another object", constant(object()), TypeError),
+            Bad("a module of another class", lambda v: nn.Linear(8, 8), TypeError),
+            Bad("None", constant(None), TypeError)]
+CALLABLE = [Bad("a number", constant(3), TypeError)]
+MAPPING = [Bad("a list", constant([]), TypeError)]
+CACHES = [Bad("a list of None", lambda v: [None] * len(v), TypeError),
+          Bad("one cache", lambda v: v[0], TypeError),
+          Bad("too few", lambda v: v[:1], ValueError)]
+TENSOR_LIST = [Bad("a number", constant(3), TypeError), Bad("empty", constant([]), TypeError),
+               Bad("ints", lambda v: [t.long() for t in v], ValueError),
+               Bad("wrong rank", lambda v: [t[0] for t in v], ValueError)]
+HEAD_PAIRS = [Bad("a number", constant(3), TypeError),
+              Bad("not pairs", constant([(0,)]), TypeError),
+              Bad("float indices", constant([(0.5, 0)]), TypeError),
+              Bad("out of range", constant([(99, 0)]), ValueError)]
+LENGTH_LIST = [Bad("a number", constant(12), TypeError),
+               Bad("strings", constant(["12"]), TypeError),
+               Bad("zero", constant([0]), ValueError)]
+BANDWIDTHS = [Bad("a string", constant("0.5"), TypeError),
+              Bad("empty", constant([]), ValueError),
+              Bad("zero", constant([0.0, 1.0]), ValueError),
+              Bad("negative", constant([-1.0]), ValueError)]
+ARRAY = [Bad("a string", constant("weights"), TypeError),
+         Bad("an object", constant(object()), TypeError)]
+CURVES = [Bad("a list", constant([1.0]), TypeError),
+          Bad("a curve of strings", lambda v: {"a": "curve"}, TypeError)]
+TOKENIZER = [Bad("an object", constant(object()), TypeError)]
+
+# Parameters the package passes on unchecked, wherever they appear.
+UNCHECKED = {
+    "is_causal": "a flag: any truth value, as PyTorch's is_causal",
+    "use_cache": "a flag: any truth value",
+    "per_key": "a flag: any truth value",
+    "leave_one_out": "a flag: any truth value",
+    "bias": "a flag: any truth value, as nn.Linear's bias",
+    "tie_embeddings": "a flag: any truth value",
+    "peak": "a flag: any truth value",
+    "device": "passed to torch, whose error names the device",
+}
+PLOT_OPTIONS = {name: "drawing options passed to matplotlib, which checks them"
+                for name in ("xlabel", "ylabel", "titles", "extent", "cmap", "panel_size",
+                             "vmax", "ax", "title", "data_label", "key_labels",
+                             "value_labels", "query_label", "first")}
+
+# ------------------------------------------------------------------------------- the registry
+
+
+@dataclasses.dataclass
+class Case:
+    """build() -> (callable, valid arguments by name); kinds: parameter -> bad values;
+    unchecked: parameter -> why it is passed on unchecked; run_valid: False where the valid
+    call is too slow for this test (another test file runs it)."""
+
+    build: object
+    kinds: dict
+    unchecked: dict = dataclasses.field(default_factory=dict)
+    run_valid: bool = True
+
+
+def randn(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def tiny_decoder(**options):
+    torch.manual_seed(0)
+    return decoding.TinyDecoder(20, 8, 2, 1, 2, hidden_dim=16, **options)
+
+
+def tiny_block():
+    torch.manual_seed(0)
+    return decoding.DecoderBlock(8, 2, 1, 16, window=4, sinks=1)
+
+
+TINY_ENCODER = dict(vocab_size=30522, embed_dim=8, num_heads=2, num_layers=1, ffn_dim=16,
+                    max_positions=16)
+
+
+def tiny_encoder():
+    torch.manual_seed(0)
+    return minilm.SentenceEncoder(minilm.EncoderConfig(**TINY_ENCODER))
+
+
+def tokenizer():
+    try:
+        return minilm.load_tokenizer()
+    except ImportError as error:
+        pytest.skip(f"all-MiniLM-L6-v2's tokenizer is not installed: {error}")
+
+
+def tiny_decoder_config():
+    return smollm2.DecoderConfig(vocab_size=10, embed_dim=8, num_layers=1, num_heads=2,
+                                 num_kv_heads=1, hidden_dim=16, rope_base=10000.0,
+                                 norm_eps=1e-5, context_length=32)
+
+
+def gguf_weights(config):
+    names = ["token_embd.weight", "output_norm.weight"] + [
+        f"blk.{layer}.{name}.weight" for layer in range(config.num_layers)
+        for name in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
+                     "ffn_gate", "ffn_up", "ffn_down")]
+    return {name: torch.zeros(8, 8) for name in names}
+
+
+def entered(context_manager):
+    """Call a function returning a context manager and enter it (it checks on entering)."""
+    def call(*args, **kwargs):
+        with context_manager(*args, **kwargs):
+            pass
+    return call
+
+
+def closing_figures(plot):
+    def call(*args, **kwargs):
+        try:
+            return plot(*args, **kwargs)
+        finally:
+            plt.close("all")
+    return call
+
+
+def method(build_object, name):
+    """An object's method, for a build() function."""
+    return lambda: getattr(build_object(), name)
+
+
+def qkv(n_q=3, n_k=5, d=4, d_v=6):
+    return dict(query=randn(2, n_q, d), key=randn(2, n_k, d, seed=1),
+                value=randn(2, n_k, d_v, seed=2))
+
+
+def three_points():
+    return dict(queries=randn(4), keys=randn(6, seed=1), values=randn(6, seed=2))
+
+
+PREVIOUS_TOKEN = torch.zeros(2, 4, 4, dtype=torch.bool)
+PREVIOUS_TOKEN[:, torch.arange(1, 4), torch.arange(3)] = True
+
+REGISTRY = {
+    # attention
+    "attention_course.attention.AdditiveAttention": Case(
+        lambda: (attention.AdditiveAttention,
+                 dict(query_size=4, key_size=3, num_hiddens=5, dropout=0.1)),
+        {"query_size": COUNT, "key_size": COUNT, "num_hiddens": COUNT, "dropout": PROBABILITY}),
+    "attention_course.attention.AdditiveAttention.scores": Case(
+        lambda: (attention.AdditiveAttention(4, 3, 5).scores,
+                 dict(queries=randn(2, 2, 4), keys=randn(2, 6, 3))),
+        {"queries": MATCHED, "keys": MATCHED}),
+    "attention_course.attention.AdditiveAttention.forward": Case(
+        lambda: (attention.AdditiveAttention(4, 3, 5),
+                 dict(queries=randn(2, 2, 4), keys=randn(2, 6, 3), values=randn(2, 6, 7),
+                      valid_lens=torch.tensor([6, 2]))),
+        {"queries": MATCHED, "keys": MATCHED, "values": MATCHED,
+         "valid_lens": optional(LENGTHS)}),
+    "attention_course.attention.attention_entropy": Case(
+        lambda: (attention.attention_entropy, dict(weights=torch.softmax(randn(3, 4), -1))),
+        {"weights": FLOAT}),
+    "attention_course.attention.scaled_dot_product_attention": Case(
+        lambda: (attention.scaled_dot_product_attention,
+                 dict(**qkv(), attn_mask=torch.ones(3, 5, dtype=torch.bool), is_causal=False,
+                      scale=0.5)),
+        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "attn_mask": ATTN_MASK,
+         "scale": optional(NUMBER)}),
+    # masking
+    "attention_course.masking.causal_mask": Case(
+        lambda: (masking.causal_mask, dict(n_queries=3, n_keys=4)),
+        {"n_queries": COUNT, "n_keys": optional(COUNT)}),
+    "attention_course.masking.masked_softmax": Case(
+        lambda: (masking.masked_softmax,
+                 dict(scores=randn(2, 3, 4), valid_lens=torch.tensor([1, 4]))),
+        {"scores": FLOAT, "valid_lens": optional(LENGTHS)}),
+    "attention_course.masking.softmax": Case(
+        lambda: (masking.softmax, dict(scores=randn(2, 3), dim=-1)),
+        {"scores": ANY_FLOAT, "dim": DIM}),
+    "attention_course.masking.softmax_": Case(
+        lambda: (masking.softmax_, dict(scores=randn(2, 3), dtype=torch.float64)),
+        {"scores": FLOAT, "dtype": FLOAT_DTYPE}),
+    "attention_course.masking.softmax_with_mask": Case(
+        lambda: (masking.softmax_with_mask,
+                 dict(scores=randn(2, 3), allowed=torch.tensor([True, False, True]))),
+        {"scores": FLOAT, "allowed": ALLOWED}),
+    "attention_course.masking.softmax_with_mask_": Case(
+        lambda: (masking.softmax_with_mask_,
+                 dict(scores=randn(2, 3), allowed=torch.tensor([True, False, True]),
+                      dtype=None)),
+        {"scores": FLOAT, "allowed": ALLOWED, "dtype": FLOAT_DTYPE}),
+    "attention_course.masking.valid_lens_mask": Case(
+        lambda: (masking.valid_lens_mask,
+                 dict(valid_lens=torch.tensor([1, 4]), n_queries=3, n_keys=4)),
+        {"valid_lens": LENGTHS, "n_queries": COUNT_OR_ZERO, "n_keys": COUNT_OR_ZERO}),
+    # multihead
+    "attention_course.multihead.MultiHeadAttention": Case(
+        lambda: (multihead.MultiHeadAttention, dict(embed_dim=8, num_heads=2, bias=True)),
+        {"embed_dim": COUNT, "num_heads": COUNT}),
+    "attention_course.multihead.MultiHeadAttention.forward": Case(
+        lambda: (multihead.MultiHeadAttention(8, 2),
+                 dict(query=randn(2, 3, 8), key=randn(2, 5, 8, seed=1),
+                      value=randn(2, 5, 8, seed=2), attn_mask=torch.ones(2, 1, 3, 5) < 2,
+                      is_causal=False)),
+        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "attn_mask": ATTN_MASK}),
+    "attention_course.multihead.MultiHeadAttention.from_torch": Case(
+        lambda: (multihead.MultiHeadAttention.from_torch,
+                 dict(module=nn.MultiheadAttention(8, 2, batch_first=True))),
+        {"module": INSTANCE}),
+    "attention_course.multihead.GroupedQueryAttention": Case(
+        lambda: (multihead.GroupedQueryAttention,
+                 dict(embed_dim=8, num_heads=2, num_kv_heads=1, bias=False)),
+        {"embed_dim": COUNT, "num_heads": COUNT, "num_kv_heads": COUNT}),
+    "attention_course.multihead.GroupedQueryAttention.forward": Case(
+        lambda: (multihead.GroupedQueryAttention(8, 4, 2),
+                 dict(x=randn(2, 3, 8), attn_mask=torch.ones(3, 3, dtype=torch.bool),
+                      is_causal=False)),
+        {"x": MATCHED, "attn_mask": ATTN_MASK}),
+    "attention_course.multihead.GroupedQueryAttention.project_kv": Case(
+        lambda: (multihead.GroupedQueryAttention(8, 4, 2).project_kv, dict(x=randn(2, 3, 8))),
+        {"x": MATCHED}),
+    "attention_course.multihead.GroupedQueryAttention.from_multihead": Case(
+        lambda: (multihead.GroupedQueryAttention.from_multihead,
+                 dict(mha=multihead.MultiHeadAttention(8, 2), num_kv_heads=1)),
+        {"mha": INSTANCE, "num_kv_heads": COUNT}),
+    "attention_course.multihead.grouped_attention": Case(
+        lambda: (multihead.grouped_attention,
+                 dict(q=randn(2, 4, 3, 5), k=randn(2, 2, 6, 5, seed=1),
+                      v=randn(2, 2, 6, 7, seed=2), attn_mask=torch.ones(3, 6, dtype=torch.bool),
+                      is_causal=False)),
+        {"q": MATCHED, "k": MATCHED, "v": MATCHED, "attn_mask": ATTN_MASK}),
+    "attention_course.multihead.kv_cache_bytes": Case(
+        lambda: (multihead.kv_cache_bytes,
+                 dict(batch_size=1, seq_len=8, num_layers=2, num_kv_heads=2, head_dim=4,
+                      bytes_per_element=2)),
+        {name: COUNT for name in ("batch_size", "seq_len", "num_layers", "num_kv_heads",
+                                  "head_dim", "bytes_per_element")}),
+    "attention_course.multihead.split_heads": Case(
+        lambda: (multihead.split_heads, dict(x=torch.arange(24).reshape(1, 3, 8), num_heads=2)),
+        {"x": TENSOR, "num_heads": COUNT}),
+    "attention_course.multihead.merge_heads": Case(
+        lambda: (multihead.merge_heads, dict(x=torch.arange(24).reshape(1, 2, 3, 4))),
+        {"x": TENSOR}),
+    # decoding
+    "attention_course.decoding.decoding_mask": Case(
+        lambda: (decoding.decoding_mask, dict(query_positions=torch.arange(2, 5),
+                                              key_positions=torch.arange(5), window=3,
+                                              sinks=1)),
+        {"query_positions": INTEGERS, "key_positions": INTEGERS, "window": optional(COUNT),
+         "sinks": COUNT_OR_ZERO}),
+    "attention_course.decoding.KVCache": Case(
+        lambda: (decoding.KVCache, dict(window=4, sinks=1)),
+        {"window": optional(COUNT), "sinks": COUNT_OR_ZERO}),
+    "attention_course.decoding.KVCache.update": Case(
+        lambda: (decoding.KVCache().update,
+                 dict(key=randn(1, 2, 3, 4), value=randn(1, 2, 3, 4, seed=1))),
+        {"key": MATCHED, "value": MATCHED}),
+    "attention_course.decoding.DecoderBlock": Case(
+        lambda: (decoding.DecoderBlock,
+                 dict(embed_dim=8, num_heads=2, num_kv_heads=1, hidden_dim=16, window=4,
+                      sinks=1, base=100.0, norm_eps=1e-6)),
+        {"embed_dim": COUNT, "num_heads": COUNT, "num_kv_heads": COUNT, "hidden_dim": COUNT,
+         "window": optional(COUNT), "sinks": COUNT_OR_ZERO, "base": BASE,
+         "norm_eps": NON_NEGATIVE}),
+    **{f"attention_course.decoding.DecoderBlock.{name}": Case(
+        (lambda name=name: (tiny_block() if name == "forward" else getattr(tiny_block(), name),
+                            dict(x=randn(1, 3, 8), positions=torch.arange(3),
+                                 cache=decoding.KVCache(4, 1)))),
+        {"x": MATCHED, "positions": INTEGERS, "cache": optional(INSTANCE)})
+       for name in ("attend", "forward", "forward_with_weights")},
+    "attention_course.decoding.TinyDecoder": Case(
+        lambda: (decoding.TinyDecoder,
+                 dict(vocab_size=20, embed_dim=8, num_heads=2, num_kv_heads=1, num_layers=1,
+                      window=4, hidden_dim=16, sinks=1, base=100.0, norm_eps=1e-6,
+                      tie_embeddings=True)),
+        {"vocab_size": COUNT, "embed_dim": COUNT, "num_heads": COUNT, "num_kv_heads": COUNT,
+         "num_layers": COUNT, "window": optional(COUNT), "hidden_dim": optional(COUNT),
+         "sinks": COUNT_OR_ZERO, "base": BASE, "norm_eps": NON_NEGATIVE}),
+    "attention_course.decoding.TinyDecoder.new_caches": Case(
+        lambda: (tiny_decoder().new_caches, {}), {}),
+    "attention_course.decoding.TinyDecoder.windowed": Case(
+        lambda: (entered(tiny_decoder().windowed), dict(window=3, sinks=1)),
+        {"window": optional(COUNT), "sinks": COUNT_OR_ZERO}),
+    "attention_course.decoding.TinyDecoder.forward": Case(
+        lambda: (lambda model=tiny_decoder(): (model, dict(ids=torch.tensor([[1, 2, 3]]),
+                                                           caches=model.new_caches())))(),
+        {"ids": IDS, "caches": optional(CACHES)}),
+    "attention_course.decoding.TinyDecoder.forward_with_weights": Case(
+        lambda: (tiny_decoder().forward_with_weights, dict(ids=torch.tensor([[1, 2, 3]]))),
+        {"ids": IDS}),
+    "attention_course.decoding.TinyDecoder.generate": Case(
+        lambda: (tiny_decoder().generate,
+                 dict(ids=torch.tensor([[1, 2, 3]]), max_new_tokens=2, use_cache=True,
+                      stop_id=4)),
+        {"ids": IDS, "max_new_tokens": COUNT_OR_ZERO, "stop_id": TOKEN}),
+    # rotary
+    "attention_course.rotary.apply_rotary": Case(
+        lambda: (rotary.apply_rotary,
+                 dict(x=randn(2, 3, 4), positions=torch.tensor([0, 5, 9]), base=100.0)),
+        {"x": FLOAT, "positions": optional(INTEGERS), "base": BASE}),
+    "attention_course.rotary.rotary_frequencies": Case(
+        lambda: (rotary.rotary_frequencies, dict(head_dim=8, base=100.0, dtype=torch.float64)),
+        {"head_dim": COUNT, "base": BASE, "dtype": FLOAT_DTYPE}),
+    # tiled
+    "attention_course.tiled.flash_attention": Case(
+        lambda: (tiled.flash_attention, dict(**qkv(), is_causal=True, scale=0.5, block_size=2)),
+        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "scale": optional(NUMBER),
+         "block_size": COUNT}),
+    "attention_course.tiled.naive_attention": Case(
+        lambda: (tiled.naive_attention, dict(**qkv(), is_causal=True)),
+        {"query": MATCHED, "key": MATCHED, "value": MATCHED}),
+    "attention_course.tiled.tile_schedule": Case(
+        lambda: (lambda **a: list(tiled.tile_schedule(**a)),
+                 dict(n_queries=5, n_keys=7, block_size=2, is_causal=True)),
+        {"n_queries": COUNT_OR_ZERO, "n_keys": COUNT_OR_ZERO, "block_size": COUNT}),
+    "attention_course.tiled.largest_tensor": Case(
+        lambda: (tiled.largest_tensor, dict(function=torch.ones, args=(2, 3), kwargs={})),
+        {"function": CALLABLE},
+        {"args": "passed on to `function`", "kwargs": "passed on to `function`"}),
+    "attention_course.tiled.peak_extra_memory": Case(
+        lambda: (tiled.peak_extra_memory,
+                 dict(implementation="tiled", lengths=[64], head_dim=8, block_size=16)),
+        {"implementation": NAME, "lengths": LENGTH_LIST, "head_dim": COUNT,
+         "block_size": COUNT},
+        run_valid=False),  # a new process each call: test_tiled measures
+    "attention_course.tiled.resident_bytes": Case(
+        lambda: (tiled.resident_bytes, dict(peak=True)), {}),
+    "attention_course.tiled.reset_peak_resident_bytes": Case(
+        lambda: (tiled.reset_peak_resident_bytes, {}), {}),
+    # pooling
+    **{f"attention_course.pooling.{name}": Case(
+        lambda name=name: (getattr(pooling, name), dict(u=randn(3, 4))), {"u": ANY_FLOAT})
+       for name in ("gaussian_kernel", "boxcar_kernel", "epanechnikov_kernel")},
+    "attention_course.pooling.kernel_scores": Case(
+        lambda: (pooling.kernel_scores,
+                 dict(queries=randn(4), keys=randn(6, seed=1), bandwidth=2.0,
+                      kernel="epanechnikov")),
+        {"queries": MATCHED, "keys": MATCHED, "bandwidth": POSITIVE, "kernel": NAME}),
+    "attention_course.pooling.nadaraya_watson": Case(
+        lambda: (pooling.nadaraya_watson, dict(**three_points(), bandwidth=1.0,
+                                               kernel="gaussian")),
+        {"queries": MATCHED, "keys": MATCHED, "values": MATCHED, "bandwidth": POSITIVE,
+         "kernel": NAME}),
+    "attention_course.pooling.leave_one_out_mse": Case(
+        lambda: (pooling.leave_one_out_mse, dict(keys=randn(6), values=randn(6, seed=1),
+                                                 bandwidth=1.0, kernel="gaussian")),
+        {"keys": MATCHED, "values": MATCHED, "bandwidth": POSITIVE, "kernel": NAME}),
+    "attention_course.pooling.select_bandwidth": Case(
+        lambda: (pooling.select_bandwidth, dict(keys=randn(6), values=randn(6, seed=1),
+                                                bandwidths=[0.5, 1.0], kernel="gaussian")),
+        {"keys": MATCHED, "values": MATCHED, "bandwidths": BANDWIDTHS, "kernel": NAME}),
+    "attention_course.pooling.KernelRegression": Case(
+        lambda: (pooling.KernelRegression, dict(keys=randn(6), values=randn(6, seed=1),
+                                                bandwidth=0.5, per_key=True)),
+        {"keys": MATCHED, "values": MATCHED, "bandwidth": POSITIVE}),
+    "attention_course.pooling.KernelRegression.forward": Case(
+        lambda: (pooling.KernelRegression(randn(6), randn(6, seed=1)),
+                 dict(queries=randn(4, seed=2), leave_one_out=False)),
+        {"queries": MATCHED}),
+    # scoring
+    **{f"attention_course.scoring.{name}": Case(
+        lambda name=name: (getattr(scoring, name),
+                           dict(queries=randn(2, 3, 4), keys=randn(2, 5, 4, seed=1),
+                                temperature=0.5)),
+        {"queries": MATCHED, "keys": MATCHED, "temperature": POSITIVE})
+       for name in ("dot_product_scores", "scaled_dot_product_scores")},
+    "attention_course.scoring.cosine_scores": Case(
+        lambda: (scoring.cosine_scores, dict(queries=randn(3, 4), keys=randn(5, 4, seed=1),
+                                             temperature=0.5, eps=1e-6)),
+        {"queries": MATCHED, "keys": MATCHED, "temperature": POSITIVE, "eps": NON_NEGATIVE}),
+    "attention_course.scoring.rbf_scores": Case(
+        lambda: (scoring.rbf_scores, dict(queries=randn(3, 4), keys=randn(5, 4, seed=1),
+                                          bandwidth=0.5)),
+        {"queries": MATCHED, "keys": MATCHED, "bandwidth": POSITIVE}),
+    "attention_course.scoring.soft_nearest_neighbours": Case(
+        lambda: (scoring.soft_nearest_neighbours,
+                 dict(queries=randn(3, 4), keys=randn(5, 4, seed=1), values=randn(5, 2, seed=2),
+                      similarity="rbf", options={"bandwidth": 0.5})),
+        {"queries": MATCHED, "keys": MATCHED, "values": MATCHED, "similarity": NAME},
+        {"options": "passed on to the similarity function, which checks them"}),
+    # positions
+    "attention_course.positions.sinusoidal_positional_encoding": Case(
+        lambda: (positions.sinusoidal_positional_encoding,
+                 dict(num_positions=5, dim=8, base=100.0, dtype=torch.float64)),
+        {"num_positions": COUNT, "dim": COUNT, "base": POSITIVE, "dtype": FLOAT_DTYPE}),
+    # data
+    "attention_course.data.make_synthetic_regression": Case(
+        lambda: (data.make_synthetic_regression,
+                 dict(n_train=10, n_test=5, x_max=3.0, noise_std=0.1, seed=1)),
+        {"n_train": COUNT, "n_test": COUNT, "x_max": POSITIVE, "noise_std": NON_NEGATIVE,
+         "seed": SEED}),
+    "attention_course.data.split_data": Case(
+        lambda: (data.split_data, dict(x=randn(8), y=randn(8, seed=1), held_out_fraction=0.25,
+                                       seed=2)),
+        {"x": TENSOR, "y": TENSOR, "held_out_fraction": FRACTION, "seed": SEED}),
+    "attention_course.data.target_function": Case(
+        lambda: (data.target_function, dict(x=torch.linspace(0, 5, 7))),
+        {"x": ANY_FLOAT + [Bad("negative", lambda v: v - 10, ValueError)]}),
+    "attention_course.data.data_dir": Case(lambda: (data.data_dir, {}), {}),
+    # plotting
+    "attention_course.plotting.plot_attention": Case(
+        lambda: (closing_figures(plotting.plot_attention),
+                 dict(weights=torch.softmax(randn(2, 3, 4), -1), titles=["a", "b"])),
+        {"weights": ARRAY + [Bad("1-D", lambda v: v[0, 0], ValueError)]}, PLOT_OPTIONS),
+    "attention_course.plotting.plot_attention_schematic": Case(
+        lambda: (closing_figures(plotting.plot_attention_schematic),
+                 dict(weights=torch.tensor([0.25, 0.75]))),
+        {"weights": ARRAY + [Bad("not summing to 1", lambda v: v * 2, ValueError)]},
+        PLOT_OPTIONS),
+    "attention_course.plotting.plot_regression": Case(
+        lambda: (closing_figures(plotting.plot_regression),
+                 dict(x_train=randn(6), y_train=randn(6, seed=1), x_test=torch.linspace(0, 1, 5),
+                      predictions={"fit": torch.zeros(5)}, truth=torch.ones(5))),
+        {"x_train": ARRAY, "y_train": ARRAY, "x_test": ARRAY, "predictions": CURVES,
+         "truth": ARRAY}, PLOT_OPTIONS),
+    # pretrained.heads
+    "attention_course.pretrained.heads.attention_layers": Case(
+        lambda: (heads.attention_layers, dict(model=tiny_decoder())), {"model": INSTANCE}),
+    "attention_course.pretrained.heads.ablated_heads": Case(
+        lambda: (entered(heads.ablated_heads), dict(model=tiny_decoder(), heads=[(1, 0)])),
+        {"model": INSTANCE, "heads": HEAD_PAIRS}),
+    "attention_course.pretrained.heads.attention_to": Case(
+        lambda: (heads.attention_to,
+                 dict(weights=[torch.softmax(randn(2, 3, 4, 4), -1)], targets=PREVIOUS_TOKEN,
+                      valid_lens=torch.tensor([4, 3]))),
+        {"weights": TENSOR_LIST, "targets": BOOL_MASK, "valid_lens": LENGTHS}),
+    # pretrained.minilm
+    "attention_course.pretrained.minilm.EncoderConfig": Case(
+        lambda: (minilm.EncoderConfig, dict(**TINY_ENCODER, num_segments=2, norm_eps=1e-12)),
+        {**{name: COUNT for name in TINY_ENCODER}, "num_segments": COUNT,
+         "norm_eps": NON_NEGATIVE}),
+    "attention_course.pretrained.minilm.EncoderLayer": Case(
+        lambda: (minilm.EncoderLayer, dict(config=minilm.EncoderConfig(**TINY_ENCODER))),
+        {"config": INSTANCE}),
+    "attention_course.pretrained.minilm.EncoderLayer.forward": Case(
+        lambda: (minilm.EncoderLayer(minilm.EncoderConfig(**TINY_ENCODER)),
+                 dict(x=randn(2, 3, 8), attn_mask=torch.ones(2, 1, 1, 3, dtype=torch.bool))),
+        {"x": MATCHED, "attn_mask": ATTN_MASK}),
+    "attention_course.pretrained.minilm.SentenceEncoder": Case(
+        lambda: (minilm.SentenceEncoder, dict(config=minilm.EncoderConfig(**TINY_ENCODER))),
+        {"config": INSTANCE}),
+    "attention_course.pretrained.minilm.SentenceEncoder.embed_tokens": Case(
+        lambda: (tiny_encoder().embed_tokens, dict(ids=torch.tensor([[101, 7, 102]]))),
+        {"ids": IDS}),
+    **{f"attention_course.pretrained.minilm.SentenceEncoder.{name}": Case(
+        (lambda name=name: (tiny_encoder() if name == "forward"
+                            else getattr(tiny_encoder(), name),
+                            dict(ids=torch.tensor([[101, 7, 102], [101, 102, 0]]),
+                                 valid_lens=torch.tensor([3, 2])))),
+        {"ids": IDS, "valid_lens": LENGTHS})
+       for name in ("forward", "embed")},
+    "attention_course.pretrained.minilm.course_state_dict": Case(
+        lambda: (minilm.course_state_dict,
+                 dict(bert={}, config=minilm.EncoderConfig(**TINY_ENCODER))),
+        {"bert": MAPPING, "config": INSTANCE},
+        run_valid=False),  # needs a whole BERT checkpoint: test_pretrained converts one
+    "attention_course.pretrained.minilm.mean_pool": Case(
+        lambda: (minilm.mean_pool, dict(hidden=randn(2, 3, 4), valid_lens=torch.tensor([3, 1]))),
+        {"hidden": FLOAT, "valid_lens": LENGTHS}),
+    "attention_course.pretrained.minilm.tokenize": Case(
+        lambda: (minilm.tokenize, dict(tokenizer=tokenizer(), sentences=["Hi there", "Cats."],
+                                       device=None)),
+        {"tokenizer": TOKENIZER, "sentences": SENTENCES}),
+    "attention_course.pretrained.minilm.embed_sentences": Case(
+        lambda: (minilm.embed_sentences, dict(encoder=tiny_encoder(), tokenizer=tokenizer(),
+                                              sentences=["Hi there", "Cats."])),
+        {"encoder": INSTANCE, "tokenizer": TOKENIZER, "sentences": SENTENCES}),
+    # pretrained.smollm2
+    "attention_course.pretrained.smollm2.DecoderConfig": Case(
+        lambda: (smollm2.DecoderConfig, dataclasses.asdict(tiny_decoder_config())),
+        {**{name: COUNT for name in ("vocab_size", "embed_dim", "num_layers", "num_heads",
+                                     "num_kv_heads", "hidden_dim", "context_length")},
+         "rope_base": BASE, "norm_eps": NON_NEGATIVE}),
+    "attention_course.pretrained.smollm2.chat_prompt": Case(
+        lambda: (smollm2.chat_prompt, dict(message="Hi", system="Be brief.")),
+        {"message": TEXT, "system": TEXT}),
+    "attention_course.pretrained.smollm2.decoder_state_dict": Case(
+        lambda: (smollm2.decoder_state_dict, dict(weights=gguf_weights(tiny_decoder_config()),
+                                                  config=tiny_decoder_config())),
+        {"weights": MAPPING, "config": INSTANCE}),
+    "attention_course.pretrained.smollm2.interleaved_to_half_split": Case(
+        lambda: (smollm2.interleaved_to_half_split,
+                 dict(weight=torch.arange(16.0).reshape(8, 2), num_heads=2)),
+        {"weight": TENSOR, "num_heads": COUNT}),
+}
+
+LOADER = ("reads one of the course's files (no tensor input): a missing file raises "
+          "FileNotFoundError, a changed one ValueError (test_data, test_pretrained, "
+          "test_smollm2)")
+EXEMPT = {
+    "attention_course.checks": "checks take the learner's function (any callable) and report "
+                               "every failure, theirs or the input's, as CheckFailed "
+                               "(test_checks)",
+    "attention_course.data.RegressionData": "a NamedTuple record of four tensors; "
+                                            "make_synthetic_regression fills it",
+    "attention_course.pretrained.minilm.TokenBatch": "a dataclass record the tokenizer fills; "
+                                                     "the encoder checks its ids and lengths",
+    **{f"attention_course.data.{name}": LOADER
+       for name in ("load_mcycle", "load_zen_of_python", "load_execution_model",
+                    "load_minilm_reference", "load_smollm2_reference")},
+    **{f"attention_course.pretrained.minilm.{name}": LOADER
+       for name in ("model_folder", "load_tokenizer", "load_minilm",
+                    "EncoderConfig.from_json", "SentenceEncoder.from_safetensors")},
+    **{f"attention_course.pretrained.smollm2.{name}": LOADER
+       for name in ("gguf_path", "read_gguf", "metadata", "dequantized", "load_gguf_tokenizer",
+                    "load_smollm2", "DecoderConfig.from_gguf")},
+}
+
+# ------------------------------------------------------------------------------ the walk
+
+
+def public_modules():
+    """attention_course and every submodule without an underscore in its path."""
+    names = {"attention_course"}
+    for info in pkgutil.walk_packages(ac.__path__, "attention_course."):
+        if not any(part.startswith("_") for part in info.name.split(".")):
+            names.add(info.name)
+    return sorted(names)
+
+
+def home_is_public(obj):
+    home = getattr(obj, "__module__", None) or ""
+    return home.startswith("attention_course") and not any(
+        part.startswith("_") for part in home.split("."))
+
+
+def public_callables():
+    """{qualified name: object} for every public callable reachable as a public name of a
+    public module, defined in the package, and the public methods of its classes."""
+    found = {}
+    for module_name in public_modules():
+        module = importlib.import_module(module_name)
+        for name in dir(module):
+            obj = getattr(module, name)
+            if name.startswith("_") or inspect.ismodule(obj) or not callable(obj):
+                continue
+            if not home_is_public(obj):
+                continue  # torch's, or a private helper module's: not the package's API
+            qualified = f"{obj.__module__}.{obj.__qualname__}"
+            found[qualified] = obj
+            if inspect.isclass(obj):
+                for attribute, value in vars(obj).items():
+                    if not attribute.startswith("_") and (
+                            inspect.isfunction(value)
+                            or isinstance(value, (classmethod, staticmethod))):
+                        found[f"{qualified}.{attribute}"] = getattr(obj, attribute)
+    return found
+
+
+def exemption(qualified):
+    for prefix, reason in EXEMPT.items():
+        if qualified == prefix or qualified.startswith(prefix + "."):
+            return reason
+    return None
+
+
+PUBLIC = public_callables()
+
+
+def test_every_name_in_all_is_walked():
+    walked_modules = set(public_modules())
+    for name in ac.__all__:
+        obj = getattr(ac, name)
+        if inspect.ismodule(obj):
+            assert obj.__name__ in walked_modules, name
+        elif callable(obj):
+            assert f"{obj.__module__}.{obj.__qualname__}" in PUBLIC, name
+
+
+def test_every_public_callable_is_registered():
+    missing = sorted(name for name in PUBLIC if name not in REGISTRY and not exemption(name))
+    assert not missing, ("public callables without an entry in tests/test_contract.py: add each "
+                         f"to REGISTRY (a valid call, the kind of each argument) or, with the "
+                         f"reason, to EXEMPT: {missing}")
+    stale = sorted(set(REGISTRY) - set(PUBLIC))
+    assert not stale, f"REGISTRY entries for names that are not public callables: {stale}"
+
+
+def parameters(qualified):
+    obj = PUBLIC[qualified]
+    target = obj.__init__ if inspect.isclass(obj) and dataclasses.is_dataclass(obj) else obj
+    signature = inspect.signature(target)
+    return [name for name in signature.parameters if name not in ("self", "cls")]
+
+
+@pytest.mark.parametrize("qualified", sorted(REGISTRY))
+def test_every_parameter_has_a_kind(qualified):
+    case = REGISTRY[qualified]
+    unclassified = [name for name in parameters(qualified)
+                    if name not in case.kinds and name not in case.unchecked
+                    and name not in UNCHECKED]
+    assert not unclassified, (f"{qualified}: give each parameter a kind of bad input in "
+                              f"REGISTRY, or say why it is unchecked: {unclassified}")
+    assert set(case.kinds) <= set(parameters(qualified)), qualified
+
+
+def call(function, arguments):
+    """function(**arguments), where "args", "kwargs" and "options" fill *args and **kwargs."""
+    arguments = dict(arguments)
+    args = arguments.pop("args", ())
+    extra = {**arguments.pop("kwargs", {}), **arguments.pop("options", {})}
+    leading = []                                     # the parameters before *args
+    if args:
+        for parameter in inspect.signature(function).parameters.values():
+            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+                break
+            leading.append(arguments.pop(parameter.name))
+    return function(*leading, *args, **arguments, **extra)
+
+
+@pytest.mark.parametrize("qualified", sorted(name for name, case in REGISTRY.items()
+                                             if case.run_valid))
+def test_the_valid_example_runs(qualified):
+    function, arguments = REGISTRY[qualified].build()
+    call(function, arguments)
+
+
+BAD_CALLS = [(qualified, parameter, bad)
+             for qualified, case in sorted(REGISTRY.items())
+             for parameter, bad_values in case.kinds.items()
+             for bad in bad_values]
+
+
+@pytest.mark.parametrize("qualified, parameter, bad", BAD_CALLS,
+                         ids=[f"{q.removeprefix('attention_course.')}-{p}-{b.label}"
+                              for q, p, b in BAD_CALLS])
+def test_bad_input_raises_naming_the_argument(qualified, parameter, bad):
+    function, arguments = REGISTRY[qualified].build()
+    arguments = dict(arguments)
+    arguments[parameter] = bad.make(arguments.get(parameter))
+    with pytest.raises(Exception) as raised:
+        call(function, arguments)
+    error = raised.value
+    assert type(error) is bad.error, (
+        f"{bad.label} {parameter}: expected {bad.error.__name__}, got "
+        f"{type(error).__name__}: {error}")
+    assert re.search(rf"(?<![\w]){re.escape(parameter)}(?![\w])", str(error)), (
+        f"{bad.label} {parameter}: the message does not name {parameter!r}: {error}")
+
+
+def test_exemptions_are_for_names_that_exist():
+    for prefix in EXEMPT:
+        assert any(name == prefix or name.startswith(prefix + ".") for name in PUBLIC), prefix
+
+
+# ---------------------------------------------------------------------------- the NaN policy
+
+
+def nan_rows(tensor):
+    """Which rows (last axis reduced) hold a NaN."""
+    return torch.isnan(tensor).any(-1)
+
+
+def qkv_with_nan(where, index, dtype=torch.float64):
+    q, k, v = randn(2, 5, 4, dtype=dtype), randn(2, 6, 4, dtype=dtype, seed=1), randn(
+        2, 6, 3, dtype=dtype, seed=2)
+    {"query": q, "key": k, "value": v}[where][0, index, 0] = math.nan
+    return q, k, v
+
+
+@pytest.mark.parametrize("where, index", [("query", 2), ("key", 4), ("value", 1)])
+def test_a_nan_input_propagates_as_in_pytorch(where, index):
+    q, k, v = qkv_with_nan(where, index)
+    theirs = F.scaled_dot_product_attention(q, k, v)
+    ours, weights = ac.scaled_dot_product_attention(q, k, v)
+    tiled_output, _ = ac.flash_attention(q, k, v, block_size=2)
+    assert torch.equal(nan_rows(ours), nan_rows(theirs))
+    assert torch.equal(nan_rows(tiled_output), nan_rows(theirs))
+    assert nan_rows(ours)[1].logical_not().all()          # the other sequence is untouched
+    expected_rows = {"query": [index], "key": range(5), "value": range(5)}[where]
+    assert nan_rows(ours)[0].nonzero().flatten().tolist() == list(expected_rows)
+
+
+def test_a_blocked_key_is_never_read():
+    q, k, v = qkv_with_nan("key", 4)
+    allowed = torch.ones(5, 6, dtype=torch.bool)
+    allowed[:, 4] = False
+    output, weights = ac.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    assert torch.isfinite(output).all() and (weights[..., 4] == 0).all()
+    causal, _ = ac.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.isfinite(causal[0, :4]).all() and nan_rows(causal)[0, 4]
+    scores = randn(2, 3, 4, dtype=torch.float64)
+    scores[0, :, 3] = math.nan
+    weights = ac.masked_softmax(scores, torch.tensor([3, 4]))
+    assert torch.isfinite(weights[0]).all() and nan_rows(weights)[1].logical_not().all()
+    assert nan_rows(ac.masked_softmax(scores))[0].all()        # read, it propagates
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_nan_or_plus_inf_in_a_float_mask_spoils_its_row_as_in_pytorch(value):
+    q, k, v = qkv_with_nan("query", 0)
+    q = q.nan_to_num()
+    bias = torch.zeros(5, 6, dtype=torch.float64)
+    bias[3, 2] = value
+    ours, _ = ac.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    assert torch.equal(nan_rows(ours), nan_rows(theirs))
+    assert nan_rows(ours)[:, 3].all() and nan_rows(ours).sum() == 2
+
+
+def test_minus_inf_in_a_float_mask_blocks_and_a_fully_blocked_row_is_zero():
+    q, k, v = (t.nan_to_num() for t in qkv_with_nan("query", 0))
+    bias = torch.zeros(5, 6, dtype=torch.float64)
+    bias[1] = -math.inf
+    bias[2, :3] = -math.inf
+    q.requires_grad_(True)
+    output, weights = ac.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    assert (output[:, 1] == 0).all() and (weights[:, 1] == 0).all()
+    assert (weights[:, 2, :3] == 0).all()
+    torch.testing.assert_close(output[:, [0, 2, 3, 4]],
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+                               [:, [0, 2, 3, 4]])
+    output.sum().backward()
+    assert torch.isfinite(q.grad).all()
+
+
+def test_numbers_passed_as_arguments_are_checked_for_nan():
+    for call_with_nan in (lambda: ac.nadaraya_watson(randn(3), randn(4), randn(4), math.nan),
+                          lambda: ac.scaled_dot_product_attention(**qkv(), scale=math.nan),
+                          lambda: ac.dot_product_scores(randn(2, 3), randn(4, 3), math.nan),
+                          lambda: ac.apply_rotary(randn(3, 4), base=math.nan),
+                          lambda: ac.masked_softmax(randn(2, 3, 4),
+                                                    torch.tensor([1.0, math.nan]))):
+        with pytest.raises(ValueError):
+            call_with_nan()
+
+
+def test_nan_is_not_checked_inside_tensors():
+    """Inputs are not scanned: a NaN query goes through every function that takes one."""
+    x = torch.tensor([0.0, math.nan, 2.0])
+    values = ac.target_function(x)
+    assert torch.isnan(values[1]) and torch.isfinite(values[[0, 2]]).all()
+    assert torch.isnan(ac.apply_rotary(x[None, :2].expand(2, 2))).any()
+    predictions, _ = ac.nadaraya_watson(x, torch.tensor([0.0, 1.0]), torch.tensor([1.0, 2.0]))
+    assert torch.isnan(predictions).tolist() == [False, True, False]
+
+
+def test_the_contract_is_documented_in_the_packages_docstring():
+    for phrase in ("TypeError naming the argument", "ValueError naming the argument",
+                   "Fully masked rows", "NaN and infinities inside tensors are not checked"):
+        assert phrase in ac.__doc__, phrase
+
