@@ -7,12 +7,14 @@ extension), so that no number about the chapters is ever typed by hand:
     ```                         per chapter, each exercise's kind, points and difficulty
     ```{course-syllabus}
     Week 1: 1, 2
-    Week 2: 3, 4, 5
-    ```                         a syllabus: the chapters of each period, their reading time
-                                and exercise points added up
+    Week 2: 3, 4, 5 | 3.1, 3.4, 4.2, 5.1
+    ```                         a syllabus: the chapters of each period (after "|", the
+                                exercises set, if not all), their reading time, exercises and
+                                the hours of work they add up to
 
 Reading time = the words of the chapter's prose at WORDS_PER_MINUTE plus the lines of its
-code at LINES_PER_MINUTE, without its exercises' solutions and its hidden setup cells.
+code at LINES_PER_MINUTE, without its exercises' solutions and its hidden setup cells. An
+exercise's time is a range by difficulty, EXERCISE_MINUTES (the instructors' page states it).
 """
 
 import math
@@ -26,7 +28,9 @@ from docutils.parsers.rst import Directive
 from sphinx import addnodes
 
 WORDS_PER_MINUTE, LINES_PER_MINUTE = 125, 20
+EXERCISE_MINUTES = {1: (15, 30), 2: (30, 60), 3: (60, 120)}  # by stars: (least, most)
 STARS = re.compile(r"\((★+)\)")
+INLINE = re.compile(r"(\$[^$]+\$|`[^`]+`)")
 
 
 def chapter_paths(srcdir):
@@ -100,6 +104,26 @@ def rounded_minutes(minutes):
     return max(5, 5 * round(minutes / 5))
 
 
+def inline_nodes(text):
+    """A title's MyST inline maths and code as nodes: "Why $d_v$ is not in `scale`"."""
+    paragraph = nodes.paragraph()
+    for piece in INLINE.split(text):
+        if piece.startswith("$") and len(piece) > 2:
+            paragraph += nodes.math(piece[1:-1], piece[1:-1])
+        elif piece.startswith("`") and len(piece) > 2:
+            paragraph += nodes.literal(piece[1:-1], piece[1:-1])
+        elif piece:
+            paragraph += nodes.Text(piece)
+    return paragraph
+
+
+def workload_hours(minutes, chosen_exercises):
+    """(least, most) hours of reading `minutes` plus doing the exercises."""
+    least = minutes + sum(EXERCISE_MINUTES[r["stars"]][0] for r in chosen_exercises)
+    most = minutes + sum(EXERCISE_MINUTES[r["stars"]][1] for r in chosen_exercises)
+    return least / 60, most / 60
+
+
 def table(header, rows, widths=None):
     """A docutils table node from a header and rows of cells (str or node)."""
     columns = len(header)
@@ -170,7 +194,7 @@ class ExerciseTables(_ChapterDirective):
         out = []
         for fact in self.facts():
             section = nodes.rubric(text=f"Chapter {fact['number']}: {fact['title']}")
-            rows = [[row["number"], row["title"], "★" * row["stars"], kind(row),
+            rows = [[row["number"], inline_nodes(row["title"]), "★" * row["stars"], kind(row),
                      row["public"] or "–",
                      f"{row['hidden']} ({row['hidden_tests']} tests)" if row["hidden"] else "–",
                      row["written"] or "–"]
@@ -185,25 +209,40 @@ class ExerciseTables(_ChapterDirective):
 
 
 class Syllabus(_ChapterDirective):
-    """Content: lines "Period: chapter numbers" (e.g. "Week 1: 1, 2")."""
+    """Content: lines "Period: chapter numbers" (e.g. "Week 1: 1, 2"), optionally followed by
+    "| exercise numbers" (e.g. "| 1.1, 1.3, 2.2") when not every exercise is set."""
+
+    def chosen(self, line, by_number):
+        period, _, rest = line.partition(":")
+        numbers, _, exercise_numbers = rest.partition("|")
+        chosen = [by_number[int(n)] for n in re.findall(r"\d+", numbers)]
+        exercises = [r for f in chosen for r in f["exercises"]]
+        if exercise_numbers.strip():
+            wanted = re.findall(r"\d+\.\d+", exercise_numbers)
+            unknown = set(wanted) - {r["number"] for r in exercises}
+            if unknown:
+                raise self.error(f"{period}: no exercise {sorted(unknown)} in its chapters")
+            exercises = [r for r in exercises if r["number"] in wanted]
+        return period.strip(), chosen, exercises
 
     def run(self):
         by_number = {fact["number"]: fact for fact in self.facts()}
         rows = []
         for line in self.content:
-            period, _, numbers = line.partition(":")
-            chosen = [by_number[int(n)] for n in re.findall(r"\d+", numbers)]
+            period, chosen, exercises = self.chosen(line, by_number)
             minutes = sum(rounded_minutes(f["minutes"]) for f in chosen)
-            exercises = [r for f in chosen for r in f["exercises"]]
             paragraph = nodes.paragraph()
             for index, fact in enumerate(chosen):
                 if index:
                     paragraph += nodes.Text("; ")
                 paragraph += self.chapter_link(fact).children[0]
-            rows.append([period.strip(), paragraph,
+            least, most = workload_hours(minutes, exercises)
+            rows.append([period, paragraph,
                          f"{math.floor(minutes / 60)} h {minutes % 60:02d} min",
-                         f"{len(exercises)} ({sum(r['coding'] for r in exercises)} coding)"])
-        return [table(["period", "chapters", "reading", "exercises"], rows, [1, 6, 1, 2])]
+                         f"{len(exercises)}: " + ", ".join(r["number"] for r in exercises),
+                         f"{least:.0f} to {most:.0f} h"])
+        return [table(["period", "chapters", "reading", "exercises set", "work (reading "
+                       "and exercises)"], rows, [1, 5, 1, 4, 2])]
 
 
 def setup(app):

@@ -5,15 +5,26 @@
   button serves it. The chapters/ notebooks hold the solutions; learners never get those.
 - Code shown in solutions leaves out the graders' `# BEGIN SOLUTION` / `# END SOLUTION` lines.
 - Citations read (Author, Year), in round brackets, as the learner notebooks write them.
+- Each exercise's title shows its points beside its difficulty, from its grading record, as
+  every other edition does (scripts/exercises.py's `with_points`).
+- The index points into the chapters: every glossary term where a chapter defines it (in bold
+  or italics) and where the course first uses it, every public name of the package where each
+  chapter first uses it.
 """
 
+import ast
 import dataclasses
+import functools
 import pathlib
 import re
 import shutil
+import sys
 
+import nbformat
 import sphinxcontrib.bibtex.plugin
 from docutils import nodes
+from sphinx import addnodes
+from sphinx.transforms import SphinxTransform
 from sphinxcontrib.bibtex.style.referencing import BracketStyle
 from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
 
@@ -36,6 +47,112 @@ def learner_path(pagename):
     """chapters/01_x -> notebooks/01_x.ipynb; None for pages that are not chapters."""
     folder, _, stem = pagename.partition("/")
     return f"{LEARNER_FOLDER}/{stem}.ipynb" if folder == "chapters" and stem else None
+
+
+def course_root(app):
+    """The repository (the student edition builds a copy of the book elsewhere)."""
+    return pathlib.Path(app.config.course_root or pathlib.Path(__file__).resolve().parents[1])
+
+
+def show_points(app, docname, source):
+    """A chapter's exercise titles with their points (the notebook's text, as read)."""
+    if not docname.startswith("chapters/") or '"exercise"' not in source[0]:
+        return
+    sys.path.insert(0, str(course_root(app) / "scripts"))
+    import exercises  # scripts/exercises.py: the one reader of exercises
+
+    notebook = nbformat.reads(source[0], as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown" and "exercise" in cell.metadata:
+            cell.source = exercises.with_points(cell.source, cell.metadata["exercise"])
+    source[0] = nbformat.writes(notebook)
+
+
+@functools.lru_cache(maxsize=None)
+def glossary_terms(srcdir):
+    """{term: the chapters its glossary entry names ("chapters/05_masking", ...)}."""
+    text = pathlib.Path(srcdir, "glossary.md").read_text().split("```{glossary}")[1]
+    entries = re.split(r"^(?=\w[^\n]*\n  \S)", text, flags=re.M)
+    return {entry.split("\n")[0]: set(re.findall(r"<(chapters/[\w-]+)>", entry))
+            for entry in entries if re.match(r"\w[^\n]*\n  \S", entry)}
+
+
+@functools.lru_cache(maxsize=None)
+def package_names(root):
+    """The package's public functions and classes (its __all__ without its modules)."""
+    tree = ast.parse(pathlib.Path(root, "src", "attention_course", "__init__.py").read_text())
+    modules, public = set(), []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module is None:
+            modules |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.Assign) and node.targets[0].id == "__all__":
+            public = ast.literal_eval(node.value)
+    return [name for name in public if name not in modules and name != "SIMILARITIES"]
+
+
+def _words(term):
+    """A term as a regex: whole words, any case of its first letter, an optional plural."""
+    head, rest = re.escape(term[0]), re.escape(term[1:])
+    return re.compile(rf"(?<![\w-])[{head.lower()}{head.upper()}]{rest}(?:s|es)?(?![\w-])")
+
+
+@functools.lru_cache(maxsize=None)
+def first_uses(srcdir):
+    """{glossary term: the first chapter, in reading order, whose text uses it}."""
+    found = {}
+    for path in sorted(pathlib.Path(srcdir, "chapters").glob("[0-9][0-9]_*.ipynb")):
+        text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
+                         if c.cell_type == "markdown")
+        for term in glossary_terms(srcdir):
+            if term not in found and _words(term).search(text):
+                found[term] = f"chapters/{path.stem}"
+    return found
+
+
+class ChapterIndex(SphinxTransform):
+    """Index entries into a chapter: before SphinxDomains (850) collects them."""
+
+    default_priority = 840
+
+    def apply(self, **kwargs):
+        docname = self.env.docname
+        if not docname.startswith("chapters/"):
+            return
+        srcdir = self.env.srcdir
+        paragraphs = [p for p in self.document.findall(nodes.paragraph)
+                      if not isinstance(p.parent, nodes.term)]
+        for term, defined_in in glossary_terms(srcdir).items():
+            pattern = _words(term)
+            defining = [p for p in paragraphs if any(
+                pattern.fullmatch(e.astext().strip()) for e in
+                p.findall(lambda n: isinstance(n, (nodes.strong, nodes.emphasis))))]
+            used = [p for p in paragraphs if pattern.search(p.astext())]
+            if defining:
+                self.add_entry(defining[0], term, main=True)
+            elif used and docname in defined_in:
+                self.add_entry(used[0], term, main=True)
+            elif used and first_uses(srcdir).get(term) == docname:
+                self.add_entry(used[0], term)
+        code = [n for n in self.document.findall(
+            lambda n: isinstance(n, (nodes.literal, nodes.literal_block)))]
+        for name in package_names(course_root(self.app)):
+            pattern = re.compile(rf"(?<![\w.]){re.escape(name)}\b")
+            used = [n for n in code if pattern.search(n.astext())]
+            if used:
+                self.add_entry(used[0], f"{name} (attention_course)")
+
+    def chapter(self):
+        """ "3. Attention as soft k-nearest neighbours": a sub-entry names the chapter."""
+        title = next(iter(self.document.findall(nodes.title))).astext()
+        return f"{int(self.env.docname.split('/')[1][:2])}. {title}"
+
+    def add_entry(self, node, entry, main=False):
+        entry = f"{entry}; {self.chapter()}"
+        target_id = f"index-{self.env.new_serialno('index')}"
+        target = nodes.target("", "", ids=[target_id])
+        index = addnodes.index(entries=[("single", entry, target_id, "main" if main else "",
+                                         None)])
+        node.parent.insert(node.parent.index(node), [index, target])
 
 
 def hide_grader_markers(app, doctree, docname):
@@ -71,10 +188,12 @@ def add_learner_links(app, pagename, templatename, context, doctree):
         return
     _launch_urls_to_learner_edition(context.get("header_buttons", []), pagename, learner)
     pathto = context["pathto"]
-    badge = (
-        '<p class="course-launch">'
+    colab = (  # none in the student edition, which is not the repository's
         f'<a class="course-colab" href="{colab_url(app.config, learner)}">'
         f'<img src="{pathto("_static/images/logo_colab.png", 1)}" alt="">Open in Colab</a>'
+        if app.config.html_theme_options["launch_buttons"].get("colab_url") else "")
+    badge = (
+        f'<p class="course-launch">{colab}'
         f'<a class="course-download" href="{pathto("_sources/" + pagename + ".ipynb", 1)}" '
         'download>Download the notebook</a>'
         '<span class="course-launch-note">the chapter without its solutions; '
@@ -99,6 +218,9 @@ def serve_learner_edition(app, exception):
 def setup(app):
     sphinxcontrib.bibtex.plugin.register_plugin("sphinxcontrib.bibtex.style.referencing",
                                                 "course_author_year", RoundAuthorYear)
+    app.add_config_value("course_root", "", "env")
+    app.add_transform(ChapterIndex)
+    app.connect("source-read", show_points)
     app.connect("doctree-resolved", hide_grader_markers)
     app.connect("html-page-context", add_learner_links, priority=900)
     app.connect("build-finished", serve_learner_edition)

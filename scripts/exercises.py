@@ -139,9 +139,27 @@ def _copy(cell, **changes):
     return new
 
 
+def total_points(record):
+    return (record.get("points", 0) + record.get("hidden_points", 0)
+            + record.get("written_points", 0))
+
+
+STARS = re.compile(r"\((★+)\)[ \t]*$", re.M)
+
+
+def with_points(source, record):
+    """A prompt's source with its points beside its difficulty: "Title (★★, 4 points)"."""
+    points = total_points(record)
+    if not points or not _starts(nbformat.v4.new_markdown_cell(source), PROMPT):
+        return source
+    title, newline, rest = source.partition("\n")
+    title = STARS.sub(lambda m: f"({m[1]}, {points:g} point{'s' * (points != 1)})", title)
+    return title + newline + rest
+
+
 def _clean_prompt(exercise):
-    """The prompt cell without its grading record (students see the text only)."""
-    prompt = _copy(exercise.prompt)
+    """The prompt cell without its grading record (students see the text and the points)."""
+    prompt = _copy(exercise.prompt, source=with_points(exercise.prompt.source, exercise.record))
     prompt.metadata.pop("exercise", None)
     return prompt
 
@@ -202,8 +220,9 @@ def nbgrader_cells(notebook):
                                    locked=True, points=record["hidden_points"]))
         if item.written_points:
             if item.verification_code() and not item.is_coding:
-                code = nbformat.v4.new_code_cell(f"{BEGIN}\n{item.verification_code()}\n{END}")
-                cells.append(_nbgrader(code, f"{label}-code", solution=True))
+                # a scratch cell, as in the learner edition: nbgrader's stub for a solution
+                # cell would raise NotImplementedError and stop "Run All" at a proof
+                cells.append(nbformat.v4.new_code_cell(CODE_SCRATCH))
             written = nbformat.v4.new_markdown_cell(item.solution_text or WRITTEN_ANSWER)
             cells.append(_nbgrader(written, f"{label}-written", solution=True, grade=True,
                                    points=item.written_points))

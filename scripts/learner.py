@@ -234,7 +234,7 @@ class Chapter:
 
     def __init__(self, path, link_solutions=True):
         self.number, self.page, self.exercises = int(path.name[:2]), f"chapters/{path.stem}", 0
-        self.link_solutions = link_solutions  # not in a graded assignment
+        self.link_solutions = link_solutions  # not in the student edition nor an assignment
 
     def exercise(self, title, options, body):
         self.exercises += 1
@@ -246,13 +246,18 @@ class Chapter:
                 "exercise; try first.*")
 
     def note(self):
+        run = ("Run the cells from the top: in Colab the first one installs the course's "
+               "helper package. Each exercise has a cell for your answer; a coding exercise "
+               "is followed by a check cell that says whether your code is right.")
+        if not self.link_solutions:
+            return nbformat.v4.new_markdown_cell(
+                f"> **Student edition.** This notebook is chapter {self.number} of the course "
+                f"*{book_config()['title']}*, without the solutions. {run}")
         return nbformat.v4.new_markdown_cell(
             f"> **Learner edition.** This notebook is chapter {self.number} of the course "
-            f"[{book_config()['title']}]({website()}), without the solutions. The same chapter, with "
-            f"its figures and folded solutions, is [on the website]({page_url(self.page)}). "
-            "Run the cells from the top: in Colab the first one installs the course's helper "
-            "package. Each exercise has a cell for your answer; a coding exercise is followed "
-            "by a check cell that says whether your code is right.")
+            f"[{book_config()['title']}]({website()}), without the solutions. The same chapter, "
+            f"with its figures and folded solutions, is [on the website]({page_url(self.page)}). "
+            + run)
 
 
 def plain_markdown(cells, path, link_solutions=True):
@@ -269,11 +274,13 @@ def caption_cell(chapter, number, cell):
     return nbformat.v4.new_markdown_cell(f"*Figure {chapter.number}.{number}. {caption}*")
 
 
-def learner_notebook(path):
-    """The learner edition of one chapter notebook."""
+def learner_notebook(path, student=False):
+    """The learner edition of one chapter notebook; `student`: the student edition's, which
+    does not point to the website's solutions."""
     source = nbformat.read(path, as_version=4)
     notebook = nbformat.v4.new_notebook(metadata=source.metadata)
-    chapter, figures = Chapter(path), {id(c): k for k, c in enumerate(_figure_cells(source), 1)}
+    chapter = Chapter(path, link_solutions=not student)
+    figures = {id(c): k for k, c in enumerate(_figure_cells(source), 1)}
     student = exercises.student_cells(source)
     for index, cell in enumerate(student):
         if cell.cell_type == "markdown":

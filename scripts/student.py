@@ -3,8 +3,10 @@
     python scripts/student.py [OUTPUT_DIR]      # default: _build/student
 
 Writes the website in OUTPUT_DIR/_build/html and the notebooks in OUTPUT_DIR/notebooks. The
-notebooks are the learner edition (notebooks/, `make notebooks`: no solutions, plain Markdown
-for Colab and Jupyter). The website is built from the same cells in MyST
+notebooks are the learner edition's (no solutions, plain Markdown for Colab and Jupyter) without
+its links to the public website's solutions; the website's download button serves them, and it
+has no Colab button (Colab would open the public repository's notebooks). The website is built
+from the same cells in MyST
 (`exercises.student_cells`): each coding answer's `# BEGIN SOLUTION` ... `# END SOLUTION`
 block becomes `# YOUR CODE HERE` / `raise NotImplementedError()`, the public check cells stay,
 every written part gets an answer cell, and everything else inside a solution is removed.
@@ -26,7 +28,7 @@ import learner  # noqa: E402
 ROOT = book.ROOT
 BOOK_FILES = ["intro.md", "glossary.md", "licences.md", "bibliography.md", "references.bib"]
 INSTRUCTOR_PAGES = ["instructors"]  # left out of the student edition
-BOOK_FOLDERS = ["_ext", "_static", "notebooks"]
+BOOK_FOLDERS = ["_ext", "_static", "_templates"]
 NOTICE = ("\n```{note}\nThis is the **student edition**: solutions are not included. Coding "
           "exercises have a stub for your answer and a cell that checks it; written exercises "
           "have a cell for your answer.\n```\n")
@@ -57,10 +59,21 @@ def write_source_tree(source):
     (source / "intro.md").write_text(f"{title}\n{NOTICE}{INSTRUCTOR_ONLY.sub('', body)}")
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     config["title"] += " (student edition)"
-    config["exclude_patterns"] = ["_build", "_ext", "notebooks", "**.ipynb_checkpoints"]
+    config["launch_buttons"]["colab_url"] = ""
+    config["sphinx"]["config"]["course_root"] = str(ROOT)  # its scripts and package
+    config["exclude_patterns"] = ["_build", "_ext", "_templates", "notebooks",
+                                 "**.ipynb_checkpoints"]
     (source / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     for path in learner.CHAPTERS:
         nbformat.write(student_notebook(path), source / "chapters" / path.name)
+    write_handouts(source / "notebooks")
+
+
+def write_handouts(folder):
+    """The notebooks students get: the learner edition without links to solutions."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in learner.CHAPTERS:
+        nbformat.write(learner.learner_notebook(path, student=True), folder / path.name)
 
 
 def main(output=ROOT / "_build" / "student", pdfs=("learner",)):
@@ -69,7 +82,7 @@ def main(output=ROOT / "_build" / "student", pdfs=("learner",)):
     shutil.rmtree(output, ignore_errors=True)
     learner.main(["--check"])
     write_source_tree(output / "source")
-    shutil.copytree(ROOT / "notebooks", output / "notebooks")
+    write_handouts(output / "notebooks")
     html = book.build(output / "source", output, pdfs)
     print(f"student notebooks: {output / 'notebooks'}\nstudent website: {html}")
 

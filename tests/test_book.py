@@ -250,3 +250,26 @@ def test_an_exercise_that_asks_a_question_has_an_answer_cell(notebook):
         body = exercise.prompt.source.split("\n", 1)[1]
         if "?" in body:
             assert exercise.written_points, f"{exercise.label} asks a question"
+
+
+def test_one_version_and_both_licences_wherever_the_course_is_cited():
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(),
+                        re.M)[1]
+    package = (ROOT / "src" / "attention_course" / "__init__.py").read_text()
+    assert citation["version"] == version
+    assert f'__version__ = "{version}"' in package
+    assert f"(version {version})" in (ROOT / "licences.md").read_text()
+    assert set(citation["license"]) == {"MIT", "CC-BY-SA-4.0"}
+    assert citation["title"] == CONFIG["title"]
+
+
+def test_the_instructors_page_states_the_exercise_times_the_syllabi_add_up():
+    sys.path.insert(0, str(ROOT / "_ext"))
+    import course_guide
+
+    text = " ".join((ROOT / "instructors.md").read_text().split())
+    ranges = course_guide.EXERCISE_MINUTES
+    assert f"allow {ranges[1][0]} to {ranges[1][1]} minutes for an exercise marked ★" in text
+    assert f"{ranges[2][0]} to {ranges[2][1]} for ★★" in text
+    assert (ranges[3][0], ranges[3][1]) == (60, 120) and "one to two hours for ★★★" in text

@@ -98,6 +98,8 @@ def test_nbgrader_release_has_no_solution_and_valid_cells(chapter, course):
         e.record.get("points", 0) + e.record.get("hidden_points", 0) + e.written_points
         for e in found)
     assert sum("YOUR ANSWER HERE" in c.source for c in cells) == len(written)
+    stubs = sum("raise NotImplementedError()" in c.source for c in cells)
+    assert stubs == sum(len(e.answers) for e in found), "a stub where no code is asked for"
     summary = [c for c in instructor.cells if "Summary" in c.source][0]
     plain = learner.convert_markdown(summary.source, learner.Chapter(chapter, False))
     assert any(c.source == plain for c in cells), "the lecture part is kept"

@@ -80,6 +80,10 @@ def test_every_exercise_is_a_heading_with_its_answer_cells(chapter):
     for exercise, start, end in zip(found, starts, starts[1:] + [len(notebook.cells)]):
         cells = notebook.cells[start:end]
         assert f"#sol-{exercise.label.removeprefix('ex-')})" in cells[0].source
+        record = exercise.record
+        points = sum(record.get(k, 0) for k in ("points", "hidden_points", "written_points"))
+        heading = cells[0].source.splitlines()[0]
+        assert re.search(rf"\(★+, {points:g} points?\)$", heading), (heading, points)
         stubs = [c for c in cells if "raise NotImplementedError()" in c.source]
         checks = [c for c in cells if "check" in c.metadata.get("tags", [])]
         assert len(stubs) == len(exercise.answers) and len(checks) == len(exercise.checks)

@@ -292,6 +292,9 @@ def test_learner_edition_numbers_and_cites_as_the_website_does(chapter, site):
                  page.select(".exercise > .admonition-title")]
     headings = re.findall(r"### Exercise (\d+\.\d+): ", text)
     assert [e.split(" (")[0] for e in exercises] == [f"Exercise {n}" for n in headings]
+    points = r"\(★+, [\d.]+ points?\)"
+    assert [re.findall(points, e)[-1] for e in exercises] == re.findall(
+        rf"### Exercise \d+\.\d+: .*?({points})", text), "the points differ"
 
 
 # ------------------------------------------------------- the instructors' guide and back matter
@@ -363,6 +366,26 @@ def test_the_index_holds_every_glossary_term_and_the_glossary_every_symbol(site)
     assert len(symbols) > 25
     missing = [s for s in symbols if s not in glossary]
     assert not missing, f"notation symbols not in the glossary: {missing}"
+
+
+def test_the_index_points_into_the_chapters(site):
+    """Terms where chapters define or first use them, the package's names where each chapter
+    first uses them; the sidebar links to the index on every page."""
+    page = BeautifulSoup((site / "genindex.html").read_text(), "html.parser")
+    entries = {}
+    for item in page.select("table.indextable > tr > td > ul > li"):
+        name = " ".join(item.find(string=True, recursive=True).split())
+        entries[name] = [a["href"] for a in item.select("ul a")]
+    for term, chapter in [("softmax", "03_"), ("padding mask", "05_"),
+                          ("permutation equivariance", "07_"), ("FlashAttention", "12_"),
+                          ("masked_softmax (attention_course)", "05_"),
+                          ("flash_attention (attention_course)", "12_")]:
+        assert any(f"chapters/{chapter}" in href for href in entries.get(term, [])), (
+            term, entries.get(term))
+    assert sum(name.endswith("(attention_course)") for name in entries) >= 20
+    home = BeautifulSoup((site / "chapters" / f"{CHAPTERS[0].stem}.html").read_text(),
+                         "html.parser")
+    assert home.select_one('.course-index-link a[href="../genindex.html"]')
 
 
 def test_references_link_to_their_papers(site):

@@ -39,6 +39,10 @@ def test_no_solution_is_left(chapter, edition):
     assert "solution" not in " ".join(" ".join(tag.get("class", []))
                                       for tag in BeautifulSoup(page, "html.parser").find_all(True))
     assert "{solution" not in handout
+    assert "#sol-" not in handout and "Student edition" in handout, "links to the solutions"
+    assert "colab.research.google.com" not in page, "Colab opens the public notebooks"
+    served = edition / "_build" / "html" / "_sources" / "chapters" / chapter.name
+    assert served.read_text() == handout, "the download button serves another notebook"
     for line in hidden_test_lines(instructor):
         assert line not in handout and line not in text
     student_notebook = nbformat.read(edition / "notebooks" / chapter.name, as_version=4)
