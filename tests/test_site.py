@@ -1,15 +1,18 @@
 """The website as a reader sees it: the book is built and served on 127.0.0.1, Debian's Chromium
 opens every chapter at a laptop's 1280 x 800 and 1440 x 900 and a phone's 400 x 800, with every
 folded solution opened, and measures what the page shows. Screenshots go to _build/screenshots/.
-Then every internal link and image of the site, and every link of the learner edition; the
-instructors' tables and reading times against the notebooks; the licence on every page; the
-index, the glossary and the references; and the two PDFs the build prints."""
+Every page is measured again as it is printed (A4's column, print media). Then every internal
+link and image of the site, and every link of the learner edition; the instructors' tables and
+reading times against the notebooks; the licence on every page; the index, the glossary and the
+references; and the two PDFs the build prints: their title page, contents, page numbers,
+footers, links and Chinese characters."""
 
 import base64
 import hashlib
 import pathlib
 import re
 import sys
+import tomllib
 import urllib.parse
 import urllib.request
 
@@ -204,6 +207,56 @@ def test_a_phone_scrolls_tables_and_equations_in_their_own_box(chapter, measured
     result = measured[chapter, PHONE[0]]
     assert result["pageWidth"] <= result["windowWidth"], "the whole page scrolls sideways"
     assert not result["unreachable"], result["unreachable"][:3]
+
+
+# In the printed layout: display equations (their rendered math, and their box) that reach past
+# their column's or the article's text, and code or output boxes whose lines, all of at most 80
+# characters, would not fit unwrapped.
+PRINT_MEASURE = """() => {
+  const article = document.querySelector('article.bd-article');
+  const inside = e => {
+    const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+    return [r.left + parseFloat(s.borderLeftWidth) + parseFloat(s.paddingLeft),
+            r.right - parseFloat(s.borderRightWidth) - parseFloat(s.paddingRight)];
+  };
+  const [left, right] = inside(article);
+  const shown = e => e.getClientRects().length > 0;
+  const maths = [...article.querySelectorAll('mjx-container[display="true"]')].filter(shown);
+  const wide = maths.filter(box => {
+    let column = box.parentElement;
+    while (getComputedStyle(column).display.startsWith('inline')) column = column.parentElement;
+    const [from, to] = inside(column);
+    return [box, box.querySelector('mjx-math')].some(e => {
+      const r = e.getBoundingClientRect();
+      return r.left < Math.max(left, from) - 1 || r.right > Math.min(right, to) + 1;
+    });
+  }).map(box => box.textContent.slice(0, 60));
+  const codes = [...article.querySelectorAll('pre')].filter(shown).filter(
+    pre => Math.max(...pre.textContent.split('\\n').map(line => line.length)) <= 80);
+  const wrapped = codes.filter(pre => {
+    pre.style.setProperty('white-space', 'pre', 'important');
+    const wider = pre.scrollWidth > pre.clientWidth + 1;
+    pre.style.removeProperty('white-space');
+    return wider;
+  }).map(pre => pre.textContent.slice(0, 60));
+  return {equations: maths.length, wide, codes: codes.length, wrapped};
+}"""
+
+
+@pytest.mark.parametrize("name", pdf.pages(ROOT))
+def test_pdf_equations_and_code_fit_the_printed_column(name, browser, base_url, site):
+    """Each page as scripts/pdf.py prints it (the instructor edition: every solution shown),
+    laid out at A4's column in print media: no display equation is wider than its column (a
+    wide one was cut off at its left), and code lines fit the 8.5-pt type unwrapped."""
+    page = pdf.open_for_print(browser, f"{base_url}{name}.html")
+    pdf.prepare(page, "instructor", base_url, CONFIG["html"]["baseurl"])
+    result = page.evaluate(PRINT_MEASURE)
+    page.close()
+    built = (site / f"{name}.html").read_text()
+    assert result["equations"] or '<div class="math' not in built
+    assert result["codes"] or not name.startswith("chapters/")
+    assert not result["wide"], f"equations wider than the printed column: {result['wide']}"
+    assert not result["wrapped"], f"code wrapped in print: {result['wrapped'][:3]}"
 
 
 # ------------------------------------------------------------------------ static checks
@@ -409,23 +462,161 @@ def test_the_map_links_every_chapter(site):
 
 # ----------------------------------------------------------------------------------- the PDFs
 
+EDITION_LABELS = {"learner": "Learner edition (no solutions)",
+                  "instructor": "Instructor edition (with solutions)"}
+
+
 @pytest.fixture(scope="module")
-def pdf_texts(site):
-    """{edition: (page count, text without whitespace, image count)}."""
+def pdf_pages(site):
+    """{edition: (the PDF read by pypdf, the text of each page)}."""
     from pypdf import PdfReader
 
-    texts = {}
+    books = {}
     for edition, name in pdf.EDITIONS.items():
         reader = PdfReader(site / "pdf" / name)
-        text = "".join(page.extract_text() for page in reader.pages)
-        texts[edition] = (len(reader.pages), "".join(text.split()),
-                          sum(len(page.images) for page in reader.pages))
+        books[edition] = (reader, [page.extract_text() for page in reader.pages])
         print(f"{name}: {len(reader.pages)} pages")
-    return texts
+    return books
+
+
+@pytest.fixture(scope="module")
+def pdf_texts(pdf_pages):
+    """{edition: (page count, text without whitespace, image count)}."""
+    return {edition: (len(texts), squeezed("".join(texts)),
+                      sum(len(page.images) for page in reader.pages))
+            for edition, (reader, texts) in pdf_pages.items()}
+
+
+# A PDF's text has typographic ligatures and apostrophes where the sources have letters and '.
+PRINTED_LETTERS = str.maketrans({"\ufb01": "fi", "\ufb02": "fl", "\ufb00": "ff",
+                                 "\ufb03": "ffi", "\ufb04": "ffl", "\u2019": "'"})
 
 
 def squeezed(text):
-    return "".join(text.split())
+    return "".join(text.split()).translate(PRINTED_LETTERS)
+
+
+def numbered_title(chapter):
+    return f"{int(chapter.name[:2])}. {chapter_title(chapter)}"
+
+
+def bookmarks(reader):
+    """{title: page counted from 1} of the PDF's top-level bookmarks, in their order."""
+    return {item.title: reader.get_destination_page_number(item) + 1
+            for item in reader.outline if not isinstance(item, list)}
+
+
+def contents_pages(reader):
+    """The indices of the pages of the printed contents: from its bookmark to the next."""
+    starts = list(bookmarks(reader).items())
+    at = [title for title, _ in starts].index("Contents")
+    return range(starts[at][1] - 1, starts[at + 1][1] - 1)
+
+
+def contents(reader, texts):
+    """The printed table of contents: [(number or "", title, page)]."""
+    lines = [line.strip().translate(PRINTED_LETTERS)
+             for index in contents_pages(reader) for line in texts[index].splitlines()]
+    entries = [re.fullmatch(r"(?:(\d+(?:\.\d+)*\.) )?(.+?) (\d+)", line) for line in lines]
+    return [(m[1] or "", m[2], int(m[3])) for m in entries if m]
+
+
+def link_targets(reader, page):
+    """The pages (counted from 1) that the page's links jump to, and its web links."""
+    numbers = {p.indirect_reference.idnum: n for n, p in enumerate(reader.pages, start=1)}
+    jumps, web = [], []
+    for annotation in page.get("/Annots") or []:
+        annotation = annotation.get_object()
+        destination = annotation.get("/Dest")
+        if destination is not None and not isinstance(destination, str):
+            jumps.append(numbers[destination[0].idnum])
+        elif "/A" in annotation and "/URI" in annotation["/A"]:
+            web.append(str(annotation["/A"]["/URI"]))
+    return jumps, web
+
+
+@pytest.mark.parametrize("edition", list(pdf.EDITIONS))
+def test_the_pdf_opens_with_a_title_page(edition, pdf_pages):
+    """The course's title, the edition, the package's version, the licences and the website."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    first = squeezed(pdf_pages[edition][1][0])
+    for expected in [CONFIG["title"], EDITION_LABELS[edition], f"Version {version}",
+                     "CC BY-SA 4.0", "MIT licence", CONFIG["html"]["baseurl"]]:
+        assert squeezed(expected) in first, expected
+    other, = set(EDITION_LABELS) - {edition}
+    assert squeezed(EDITION_LABELS[other]) not in first
+
+
+@pytest.mark.parametrize("edition", list(pdf.EDITIONS))
+def test_the_contents_give_the_page_of_every_chapter_and_section(edition, pdf_pages):
+    """Each chapter's page in the printed contents is the page that opens with its numbered
+    title, as its bookmark says; each section's is a page showing the section's title; the
+    contents' links jump to those pages."""
+    reader, texts = pdf_pages[edition]
+    entries = contents(reader, texts)
+    chapters = {f"{n} {title}": page for n, title, page in entries if n.count(".") == 1}
+    marks = bookmarks(reader)
+    for chapter in CHAPTERS:
+        title = numbered_title(chapter)
+        page = chapters[title]
+        assert squeezed(texts[page - 1]).startswith(squeezed(title)), (title, page)
+        assert marks[title] == page
+    sections = [(f"{n} {title}", page) for n, title, page in entries if n.count(".") == 2]
+    plain = [(title, page) for title, page in sections
+             if re.fullmatch(r"[\w .,:;?!'()–-]+", title)]
+    assert len(sections) >= 5 * len(CHAPTERS) and len(plain) >= 4 * len(CHAPTERS)
+    assert not [(t, p) for t, p in plain if squeezed(t) not in squeezed(texts[p - 1])]
+    pages = {page for _, _, page in entries}
+    jumps = {page for index in contents_pages(reader)
+             for page in link_targets(reader, reader.pages[index])[0]}
+    assert jumps == pages, sorted(jumps ^ pages)[:10]
+
+
+@pytest.mark.parametrize("edition", list(pdf.EDITIONS))
+def test_every_page_is_numbered_in_sequence_and_credits_the_licence(edition, pdf_pages):
+    """Page numbers run on from the title page (a page's number is its place in the file) and
+    every page names the work, its licence and its source, as CC BY-SA asks of copies."""
+    unnumbered, uncredited = [], []
+    for number, text in enumerate(pdf_pages[edition][1], start=1):
+        if number > 1 and not re.search(rf"(?<![\d.]){number}\s*$", text):
+            unnumbered.append(number)
+        if not all(squeezed(s) in squeezed(text) for s in
+                   [CONFIG["title"], "CC BY-SA 4.0", CONFIG["html"]["baseurl"]]):
+            uncredited.append(number)
+    assert not unnumbered, f"pages without their number: {unnumbered[:10]}"
+    assert not uncredited, f"pages without the licence: {uncredited[:10]}"
+
+
+@pytest.mark.parametrize("edition", list(pdf.EDITIONS))
+def test_the_pdf_links_within_itself_or_to_the_website(edition, pdf_pages):
+    """No link leads to the local server that printed the pages; links between the book's
+    pages jump inside the PDF; a chapter's title is printed with its number on every page;
+    the website's wording (folded cells, buttons, "this website") is reworded for print."""
+    reader, texts = pdf_pages[edition]
+    jumps, web = 0, []
+    for page in reader.pages:
+        inside, outside = link_targets(reader, page)
+        jumps += len(inside)
+        web += outside
+    assert not [url for url in web if "127.0.0.1" in url or "localhost" in url]
+    assert jumps > 20 * len(CHAPTERS)
+    text = squeezed("".join(texts))
+    for phrase in ["Show code cell", "Hide code cell", "this website", "This website",
+                   "folded on the website", "the folded solution",
+                   "Under each chapter\u2019s title", "(every page\u2019s GitHub button"]:
+        assert squeezed(phrase) not in text, phrase
+    assert squeezed("In this PDF. " + {"learner": "The learner edition",
+                                        "instructor": "The instructor edition"}[edition]) in text
+
+
+def test_the_pdf_prints_the_chinese_titles_of_references(site, pdf_texts):
+    """Chinese characters need a font with them; without one, Chromium prints empty boxes
+    (and the PDF's text has no characters there)."""
+    page = BeautifulSoup((site / "bibliography.html").read_text(), "html.parser").get_text()
+    chinese = re.findall(r"[\u4e00-\u9fff]+", page)
+    assert "注意力机制详解" in chinese
+    for edition, (_, text, _) in pdf_texts.items():
+        assert not [c for c in chinese if c not in text], edition
 
 
 @pytest.mark.parametrize("edition", list(pdf.EDITIONS))
