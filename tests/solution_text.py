@@ -21,9 +21,11 @@ def solution_fragments(notebook):
             for block in SOLUTION_CODE.findall(source):
                 fragments.update(line.strip() for line in block.splitlines())
         fragments.update(cell.metadata.get("exercise", {}).get("hidden_tests", "").splitlines())
-        if inside and "check" not in cell.metadata.get("tags", []):
-            body = SOLUTION_CODE.sub("", source) if cell.cell_type == "code" else source
-            fragments.update(line.strip() for line in body.splitlines())
+        if (inside and cell.cell_type == "code"
+                and SOLUTION_CODE.search(source)):  # an answer cell: its stub is public
+            public.append(SOLUTION_CODE.sub("", source))
+        elif inside and "check" not in cell.metadata.get("tags", []):
+            fragments.update(line.strip() for line in source.splitlines())
         elif not inside:
             public.append(source)
     public_text = "\n".join(public)

@@ -273,3 +273,80 @@ def test_the_instructors_page_states_the_exercise_times_the_syllabi_add_up():
     assert f"allow {ranges[1][0]} to {ranges[1][1]} minutes for an exercise marked ★" in text
     assert f"{ranges[2][0]} to {ranges[2][1]} for ★★" in text
     assert (ranges[3][0], ranges[3][1]) == (60, 120) and "one to two hours for ★★★" in text
+
+
+# One notation for the whole course: intro.md's table, and the clashes a pattern can find.
+MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+?\$", re.S)
+# name -> (pattern that must not occur in the maths of a chapter, the table's symbol instead)
+NOTATION_CLASHES = {
+    "H as the entropy (H is the number of heads)":
+        (r"(?<![\\\w{])H\s*\((\\alpha|p\b)|(?<![\\\w{])H\s*(=|\\approx)\s*\\ln", r"\mathcal{H}(\alpha)"),
+    "p as the attention weights": (r"\\ln p_j|\\operatorname\{diag\}\(p\)", r"\alpha_i"),
+    "n_layers as the number of layers": (r"n_\\text\{layers\}|n_\{\\text\{layers\}\}", "N"),
+    "L as the number of layers": (r"stack of \$L\$ layers|(?<![\w\\])L\(W", "N"),
+    "s_t as the decoder state (s is a score)": (r"(?<![\w\\])s_\{?t-1\}?|(?<![\w\\])s_0 = h", "u_t"),
+    "g as a score gap (g is the group size)": (r"e\^\{-g/\\tau\}|e\^\{-c\s*g\}|gap \$g\$", r"\xi"),
+    "heads counted from 1": (r"\\text\{head\}_1\b|\\text\{head\}_H\b|\\sum_\{i\s*=\s*1\}\^\{H\}"
+                             r"|W_[QKVO]\^\{\(1\)\}", r"\text{head}_i"),
+    "h as a head index (h is the bandwidth)": (r"\^\{\(h\)\}", r"\text{head}_i"),
+    "W as a window size (W with an index is a matrix)": (r"(?<![\w\\])W\s*=\s*\d|\\min\(n,\s*W\)", "w"),
+    "alpha or beta as an angle (alpha is a weight)": (r"R\(\\alpha|R\(\\beta", r"R(\phi)"),
+    "kappa as the kurtosis (kappa is RoPE's scaling factor)": (r"\\kappa\s*\(", r"\kappa"),
+    "ell outside chapter 12 (ell is its running sum)": (r"\\ell", r"\ell"),
+}
+# chapters still to be brought in line: (chapter prefix, clash); empty when all follow the table
+NOTATION_PENDING = set()
+
+
+def notation_table():
+    """intro.md's notation table: [(symbols of a row, meaning)]."""
+    text = (ROOT / "intro.md").read_text()
+    table = text.split("## Notation", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    return [(re.findall(r"\$([^$]+)\$", first.strip("| ")), meaning.strip("| "))
+            for first, meaning in rows]
+
+
+def test_the_notation_table_gives_each_symbol_one_meaning():
+    rows = notation_table()
+    assert len(rows) > 30
+    symbols = [symbol for row, _ in rows for symbol in row]
+    assert sorted(set(symbols)) == sorted(symbols), sorted(
+        {symbol for symbol in symbols if symbols.count(symbol) > 1})
+    for name, (_, instead) in NOTATION_CLASHES.items():
+        assert instead in symbols, f"{name}: the table does not define {instead}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.name)
+def test_chapters_follow_the_notation_table(path):
+    notebook = nbformat.read(path, as_version=4)
+    maths = [m for cell in notebook.cells if cell.cell_type == "markdown"
+             for m in MATH.findall(cell.source)]
+    for name, (pattern, instead) in NOTATION_CLASHES.items():
+        if (path.name[:2], name) in NOTATION_PENDING or (
+                name.startswith("ell") and path.name.startswith("12_")):
+            continue
+        wrong = [m for m in maths if re.search(pattern, m)]
+        assert not wrong, f"{path.name}: {name}; write {instead} as the home page does: {wrong[:3]}"
+
+
+def test_the_notation_clashes_are_found():
+    """Each pattern above finds the clash it names (so that a passing test means something)."""
+    examples = {"H as the entropy (H is the number of heads)": r"$H(\alpha) = -\sum_i$",
+                "p as the attention weights": r"$-\sum_j p_j \ln p_j$",
+                "n_layers as the number of layers": r"$2 n_\text{layers} H_{kv}$",
+                "L as the number of layers": r"a stack of $L$ layers",
+                "s_t as the decoder state (s is a score)": r"$q = s_{t-1}$",
+                "g as a score gap (g is the group size)": r"$e^{-g/\tau}$",
+                "heads counted from 1": r"$\operatorname{Concat}(\text{head}_1, \dots)$",
+                "h as a head index (h is the bandwidth)": r"$W_O^{(h)}$",
+                "W as a window size (W with an index is a matrix)": r"$W = 4096$",
+                "alpha or beta as an angle (alpha is a weight)": r"$R(\alpha) R(\beta)$",
+                "kappa as the kurtosis (kappa is RoPE's scaling factor)": r"$\kappa(Y) = 3$",
+                "ell outside chapter 12 (ell is its running sum)": r"layer $\ell$"}
+    assert examples.keys() == NOTATION_CLASHES.keys()
+    for name, example in examples.items():
+        maths = MATH.findall(example) or [example]
+        assert any(re.search(NOTATION_CLASHES[name][0], m) for m in maths + [example]), name
+    assert not re.search(NOTATION_CLASHES["H as the entropy (H is the number of heads)"][0],
+                         r"$n H (d_h + d_v)$")

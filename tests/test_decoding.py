@@ -71,11 +71,22 @@ def test_mask_equals_a_loop_over_positions(window, sinks):
 def test_a_chunk_after_the_cache_is_pytorchs_lower_right_causal_mask(
     new, cached
 ):
+    """Through PyTorch's public API: SDPA given causal_lower_right's bias and
+    SDPA given our mask weigh the same keys, so the outputs agree (values
+    one-hot per key make every weight visible)."""
     queries, keys = torch.arange(cached, cached + new), torch.arange(
         cached + new
     )
-    reference = causal_lower_right(new, cached + new)._materialize()
-    assert torch.equal(decoding_mask(queries, keys), reference)
+    mask = decoding_mask(queries, keys)                  # (new, cached + new)
+    query = random(1, 1, new, 4, seed=1)
+    key = random(1, 1, cached + new, 4, seed=2)
+    value = torch.eye(cached + new, dtype=torch.float64)[None, None]
+    theirs = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=causal_lower_right(new, cached + new))
+    ours = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
+    assert torch.equal(theirs[0, 0] > 0, mask)  # weight exactly where allowed
 
 
 # KVCache ----------------------------------------------------------------------

@@ -166,6 +166,26 @@ def test_ablating_heads_equals_zeroing_their_output_in_transformers(heads, cours
     assert (unablated - hidden)[rows].abs().max() > 1e-3  # the ablation did something
 
 
+def test_with_every_head_ablated_a_token_depends_on_itself_and_its_position(course):
+    """Chapter 13's word-order probe: with all 72 heads silenced, a token's last
+    hidden state is the same in any sentence with the same token at the same
+    position, and "The dog bit the man." and "The man bit the dog." differ only
+    where their tokens do."""
+    encoder, tokenizer = course
+    batch = pretrained.tokenize(tokenizer, ["The dog bit the man.",
+                                            "The man bit the dog."])
+    same = batch.ids[0] == batch.ids[1]                    # (L,)
+    assert same.any() and not same.all()
+    every_head = [(layer, head) for layer in range(6) for head in range(12)]
+    with torch.no_grad():
+        intact, _ = encoder(batch.ids, batch.valid_lens)
+        with pretrained.ablated_heads(encoder, every_head):
+            blind, _ = encoder(batch.ids, batch.valid_lens)
+    torch.testing.assert_close(blind[0, same], blind[1, same], atol=1e-5, rtol=0)
+    assert (blind[0, ~same] - blind[1, ~same]).abs().max() > 0.1
+    assert (intact[0, same] - intact[1, same]).abs().max() > 0.1  # context
+
+
 def test_ablation_restores_the_weights_after_an_error(course):
     encoder = course[0]
     before = encoder.layers[1].attention.out_proj.weight.clone()

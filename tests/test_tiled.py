@@ -178,6 +178,22 @@ def test_causal_schedule_skips_the_upper_triangle():
     assert len(list(tile_schedule(1024, 1024, 128))) == 64
 
 
+def test_keeping_the_masked_tiles_changes_the_work_not_the_output():
+    """skip_masked_tiles=False computes every tile: all n^2 of them, those
+    above the diagonal masked entirely; the output stays PyTorch's."""
+    kept = list(tile_schedule(1024, 1024, 128, is_causal=True,
+                              skip_masked_tiles=False))
+    assert len(kept) == 64
+    assert sum(needs_mask for _, _, needs_mask in kept) == 8 + 28
+    query, key, value = qkv((2,), 70, 70)
+    expected = F.scaled_dot_product_attention(query, key, value,
+                                              is_causal=True)
+    for skip in (True, False):
+        output, _ = flash_attention(query, key, value, is_causal=True,
+                                    block_size=16, skip_masked_tiles=skip)
+        assert (output - expected).abs().max() < 1e-12
+
+
 # memory -----------------------------------------------------------------------
 
 

@@ -62,6 +62,7 @@ from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
 from .plotting import plot_attention, plot_attention_schematic, plot_regression
 from .positions import sinusoidal_positional_encoding
 from .rotary import apply_rotary, rotary_frequencies
+from .rotary import rotary_attention_factor
 from .tiled import flash_attention
 from .pooling import (
     KernelRegression,
@@ -119,6 +120,7 @@ __all__ = [
     "pretrained",
     "rbf_scores",
     "rotary",
+    "rotary_attention_factor",
     "rotary_frequencies",
     "scaled_dot_product_attention",
     "scaled_dot_product_scores",

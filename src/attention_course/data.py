@@ -23,6 +23,8 @@ ZEN_SHA256 = "e250f274f33b9b621a04264025d50e5fb9b1f989f444d13bb373882e734e996f"
 MINILM_REFERENCE_SHA256 = "20a5ebb4eeb5df73ab8a467cc7888ac714ac3b9f15dfa29ed258406bb72896c7"
 SMOLLM2_REFERENCE_SHA256 = "07c16fa1c38c7ec2a3026d05876bef184a2d32f1823126f0592a21d3eb7cd711"
 EXECUTION_MODEL_SHA256 = "607922e2f0b29a54ba29f506445adcfcb26d74506d169b8a5db28fe8752d293b"
+DEEPSEEK_REFERENCE_SHA256 = "fc44c6a8b8bcf081d99c4d3f2bac80c47ef38af09fccf3c5d13ed0c869e273b3"
+SEQ2SEQ_LONG_TRAINING_SHA256 = "5550b0e25453f7930c2e73d11a73084dbb097929cf8757a1257988a71bf0d91f"
 
 
 def data_dir():
@@ -79,6 +81,34 @@ def load_smollm2_reference(path=None):
     wrote it."""
     path = pathlib.Path(path) if path else data_dir() / "smollm2_reference.json"
     return json.loads(_verified_bytes(path, SMOLLM2_REFERENCE_SHA256))["prompts"]
+
+
+def load_deepseek_reference(path=None):
+    """What transformers' DeepseekV3Attention computes on a small random
+    layer (chapter 15's reference): a dict with the layer's "config", its
+    "weights" (a state dict of float64 tensors), an input "x", the causal
+    "output", the outputs after "prefill" tokens then one token at a time
+    through transformers' cache ("cached_output") and that cache's
+    "cached_latents" and "cached_rope_keys" (tensors), the attention sizes of
+    DeepseekV3Config's and DeepseekV2Config's defaults and the parameters of
+    DeepseekV3Attention at the former. Checksum-verified;
+    scripts/deepseek_reference.py wrote it."""
+    path = pathlib.Path(path) if path else data_dir() / "deepseek_v3_mla_reference.json"
+    record = json.loads(_verified_bytes(path, DEEPSEEK_REFERENCE_SHA256))
+    record["weights"] = {name: torch.tensor(value, dtype=torch.float64)
+                         for name, value in record["weights"].items()}
+    for name in ("x", "output", "cached_output", "cached_latents", "cached_rope_keys"):
+        record[name] = torch.tensor(record[name], dtype=torch.float64)
+    return record
+
+
+def load_seq2seq_long_training(path=None):
+    """Chapter 6's encoder-decoders trained eight times longer: a dict with "steps", "seeds",
+    "lengths" and, for "no attention" and "attention", the test accuracies "per_token" and
+    "per_sequence" as [seed][length] lists. Checksum-verified;
+    scripts/seq2seq_long_training.py wrote it from the chapter's own code."""
+    path = pathlib.Path(path) if path else data_dir() / "seq2seq_long_training.json"
+    return json.loads(_verified_bytes(path, SEQ2SEQ_LONG_TRAINING_SHA256))
 
 
 def load_execution_model(path=None):

@@ -5,13 +5,36 @@ the token's position, so that the score q_m . k_n depends on the positions only
 through m - n. Pairing as in Llama's Hugging Face implementation (half-split):
 dimension i is paired with i + head_dim / 2 and turns at the frequency
 theta_i = base^(-2i / head_dim), i = 0 .. head_dim / 2 - 1.
+
+RoPE scaling, to run a model on texts longer than the C tokens it was trained
+on, replaces each theta_i by a smaller frequency. `scaling` is a dict as a
+model config's `rope_parameters`: a "rope_type" and that type's keys, with the
+names and results of `transformers`' ROPE_INIT_FUNCTIONS (C is
+"original_max_position_embeddings"; r_i = C theta_i / 2 pi is the number of
+turns pair i makes over C):
+
+- "default": no change;
+- "linear", Position Interpolation (Chen et al. 2023): theta_i / factor;
+- "dynamic", dynamic NTK: the base becomes base * a^(d / (d - 2)) with
+  a = factor * n / C - (factor - 1) for the current length n > C (seq_len;
+  a = 1 up to C). For this type C is a config's max_position_embeddings;
+- "llama3", Llama 3.1: kept where r_i > high_freq_factor, divided by factor
+  where r_i < low_freq_factor, blended linearly in r_i between;
+- "yarn", YaRN (Peng et al. 2023): kept where r_i > beta_fast (32), divided by
+  factor where r_i < beta_slow (1), blended linearly in the pair index between;
+  and the rotated queries and keys are multiplied by
+  rotary_attention_factor(scaling), so that scores grow by its square.
 """
+
+import math
+from collections.abc import Mapping
 
 import torch
 
 from ._shapes import (
     require_float,
     require_floating_dtype,
+    require_instance,
     require_int,
     require_integer,
     require_number,
@@ -19,20 +42,177 @@ from ._shapes import (
     shape_of,
 )
 
+# rope_type -> (required keys, optional keys) of a scaling dict
+_SCALING_KEYS = {
+    "default": ((), ()),
+    "linear": (("factor",), ()),
+    "dynamic": (("factor", "original_max_position_embeddings"), ()),
+    "llama3": (("factor", "low_freq_factor", "high_freq_factor",
+                "original_max_position_embeddings"), ()),
+    "yarn": (("factor", "original_max_position_embeddings"),
+             ("beta_fast", "beta_slow", "attention_factor", "mscale",
+              "mscale_all_dim", "truncate")),
+}
 
-def rotary_frequencies(head_dim, base=10000.0, *, device=None, dtype=None):
-    """theta_i = base^(-2i / head_dim) for i < head_dim / 2 -> (head_dim / 2,)."""
+
+def rotary_frequencies(head_dim, base=10000.0, *, scaling=None, seq_len=None,
+                       device=None, dtype=None):
+    """theta_i = base^(-2i / head_dim) for i < head_dim / 2 -> (head_dim / 2,),
+    rescaled as `scaling` says (see the module's docstring); seq_len, the
+    current length, matters to "dynamic" only (default: at most C)."""
     require_int("head_dim", head_dim)
     if head_dim < 2 or head_dim % 2:
         raise ValueError(f"head_dim must be even and >= 2, got {head_dim}")
     require_number("base", base, 1, strict=True)
+    scaling = _check_scaling(scaling, base)
+    if seq_len is not None:
+        require_int("seq_len", seq_len, 1)
     require_floating_dtype("dtype", dtype)
-    return _frequencies(head_dim, base, device, dtype)
+    return _frequencies(head_dim, base, device, dtype, scaling, seq_len)
 
 
-def _frequencies(head_dim, base, device, dtype):
+def rotary_attention_factor(scaling=None):
+    """The factor on rotated queries and keys (scores: its square) -> float.
+
+    1 except for "yarn": scaling["attention_factor"] if given, else
+    0.1 ln(factor) + 1 (Peng et al.'s sqrt(1/t)); with DeepSeek's "mscale"
+    and "mscale_all_dim", the ratio of two such factors (DeepSeek-V3's
+    attention then scales its scores itself)."""
+    return _attention_factor(_check_scaling(scaling))
+
+
+def _rope_type(scaling):
+    if scaling is None:
+        return "default"
+    return scaling.get("rope_type", scaling.get("type"))
+
+
+def _check_scaling(scaling, base=None):
+    """None, or a mapping like a config's rope_parameters -> a dict."""
+    if scaling is None:
+        return None
+    require_instance("scaling", scaling, Mapping,
+                     "a dict (a config's rope_parameters) or None")
+    scaling = dict(scaling)
+    kind = _rope_type(scaling)
+    if kind not in _SCALING_KEYS:
+        raise ValueError(f"scaling['rope_type'] must be one of "
+                         f"{sorted(_SCALING_KEYS)}, got {kind!r}")
+    required, optional = _SCALING_KEYS[kind]
+    known = {"rope_type", "type", "rope_theta", *required, *optional}
+    unknown = sorted(set(scaling) - known)
+    missing = [key for key in required if scaling.get(key) is None]
+    if unknown or missing:
+        raise ValueError(f"scaling of rope_type {kind!r} needs {list(required)}"
+                         f" and may hold {sorted(known - set(required))}; "
+                         f"missing {missing}, unknown {unknown}")
+    _check_scaling_values(scaling)
+    theta = scaling.get("rope_theta")
+    if base is not None and theta is not None and theta != base:
+        raise ValueError(f"scaling['rope_theta'] = {theta!r} disagrees with "
+                         f"base = {base!r}")
+    return scaling
+
+
+def _check_scaling_values(scaling):
+    def number(key, minimum=None, strict=False):
+        if scaling.get(key) is not None:
+            require_number(f"scaling['{key}']", scaling[key], minimum,
+                           strict=strict)
+
+    number("factor", 1)
+    number("attention_factor", 0, strict=True)
+    number("mscale")
+    number("mscale_all_dim")
+    for low, high in (("low_freq_factor", "high_freq_factor"),
+                      ("beta_slow", "beta_fast")):
+        number(low, 0, strict=True)
+        number(high, 0, strict=True)
+        if scaling.get(low) is not None and scaling.get(high) is not None \
+                and scaling[low] >= scaling[high]:
+            raise ValueError(f"scaling['{low}'] = {scaling[low]!r} must be "
+                             f"below scaling['{high}'] = {scaling[high]!r}")
+    if "original_max_position_embeddings" in scaling:
+        require_int("scaling['original_max_position_embeddings']",
+                    scaling["original_max_position_embeddings"], 1)
+    if "truncate" in scaling:
+        require_instance("scaling['truncate']", scaling["truncate"], bool)
+
+
+def _frequencies(head_dim, base, device, dtype, scaling=None, seq_len=None):
+    kind = _rope_type(scaling)
+    if kind == "dynamic":
+        base = _dynamic_base(head_dim, base, scaling, seq_len)
     exponents = torch.arange(0, head_dim, 2, device=device, dtype=dtype)
-    return base ** (-exponents / head_dim)
+    theta = base ** (-exponents / head_dim)
+    if kind == "linear":
+        return theta / scaling["factor"]
+    if kind == "llama3":
+        return _llama3(theta, scaling)
+    if kind == "yarn":
+        return _yarn(theta, head_dim, base, scaling)
+    return theta
+
+
+def _dynamic_base(head_dim, base, scaling, seq_len):
+    """The NTK-aware base for the current length n: base * a^(d / (d - 2)),
+    a = factor * n / C - (factor - 1), and a = 1 while n <= C."""
+    factor = scaling["factor"]
+    context = scaling["original_max_position_embeddings"]
+    length = max(seq_len or context, context)
+    stretch = factor * length / context - (factor - 1)
+    if head_dim == 2:            # one pair, theta_0 = 1 whatever the base
+        return base
+    return base * stretch ** (head_dim / (head_dim - 2))
+
+
+def _llama3(theta, scaling):
+    """Llama 3.1: keep pairs turning more than high_freq_factor times over C,
+    divide those turning fewer than low_freq_factor times, blend between."""
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    turns = scaling["original_max_position_embeddings"] * theta / (2 * math.pi)
+    kept = ((turns - low) / (high - low)).clamp(0, 1)   # 1 kept, 0 divided
+    return theta * (kept + (1 - kept) / scaling["factor"])
+
+
+def _yarn(theta, head_dim, base, scaling):
+    """YaRN: divide pair i by factor with the weight ramp_i, 0 for pairs
+    turning more than beta_fast times over C, 1 below beta_slow turns, linear
+    in i between (the pair indices of those turns, rounded outwards)."""
+    context = scaling["original_max_position_embeddings"]
+
+    def pair_turning(turns):          # i where C / wavelength_i = turns
+        return (head_dim * math.log(context / (2 * math.pi * turns))
+                / (2 * math.log(base)))
+
+    first = pair_turning(scaling.get("beta_fast") or 32)
+    last = pair_turning(scaling.get("beta_slow") or 1)
+    if scaling.get("truncate", True):
+        first, last = math.floor(first), math.ceil(last)
+    first, last = max(first, 0), min(last, head_dim - 1)
+    if first == last:
+        last += 0.001
+    pairs = torch.arange(len(theta), device=theta.device, dtype=theta.dtype)
+    ramp = ((pairs - first) / (last - first)).clamp(0, 1)
+    return theta * (1 - ramp + ramp / scaling["factor"])
+
+
+def _yarn_mscale(factor, weight=1.0):
+    return 1.0 if factor <= 1 else 0.1 * weight * math.log(factor) + 1.0
+
+
+def _attention_factor(scaling):
+    if _rope_type(scaling) != "yarn":
+        return 1.0
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    factor = scaling["factor"]
+    mscale = scaling.get("mscale")
+    mscale_all_dim = scaling.get("mscale_all_dim")
+    if mscale and mscale_all_dim:
+        return (_yarn_mscale(factor, mscale)
+                / _yarn_mscale(factor, mscale_all_dim))
+    return _yarn_mscale(factor)
 
 
 def _compute_dtypes(x):
@@ -57,11 +237,14 @@ def _check_positions(positions, seq, device):
     return positions.to(device)
 
 
-def apply_rotary(x, positions=None, base=10000.0):
+def apply_rotary(x, positions=None, base=10000.0, *, scaling=None):
     """Rotate x (..., seq, head_dim) by its positions (seq,) -> same shape, dtype.
 
     Pair (x_i, x_{i + head_dim/2}) at position m turns by the angle m theta_i:
     (x_i cos - x_{i+h} sin, x_i sin + x_{i+h} cos). Default positions 0..seq-1.
+    With `scaling` (see the module's docstring) the frequencies are rescaled
+    and the result multiplied by rotary_attention_factor(scaling), as
+    transformers does; "dynamic" takes max(positions) + 1 as the length.
     """
     require_float("x", x)
     if x.dim() < 2 or x.shape[-1] < 2 or x.shape[-1] % 2:
@@ -70,16 +253,23 @@ def apply_rotary(x, positions=None, base=10000.0):
         )
     positions = _check_positions(positions, x.shape[-2], x.device)
     require_number("base", base, 1, strict=True)
-    return _rotate(x, positions, base)
+    return _rotate(x, positions, base, _check_scaling(scaling, base))
 
 
-def _rotate(x, positions, base):
+def _rotate(x, positions, base, scaling=None):
     """apply_rotary for arguments its caller has checked (positions on x's device)."""
     head_dim = x.shape[-1]
     wide, work = _compute_dtypes(x)
-    theta = _frequencies(head_dim, base, x.device, wide)
+    length = None
+    if _rope_type(scaling) == "dynamic" and positions.numel():
+        length = int(positions.max()) + 1
+    theta = _frequencies(head_dim, base, x.device, wide, scaling, length)
     angles = positions.to(wide)[:, None] * theta  # (seq, head_dim / 2)
-    cos, sin = angles.cos().to(work), angles.sin().to(work)
+    cos, sin = angles.cos(), angles.sin()
+    factor = _attention_factor(scaling)
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
+    cos, sin = cos.to(work), sin.to(work)
     first, second = x.to(work).chunk(2, dim=-1)  # (..., seq, head_dim / 2)
     rotated = torch.cat(
         [first * cos - second * sin, first * sin + second * cos], dim=-1

@@ -21,28 +21,30 @@ def _check_block_size(block_size):
                 message=f"block_size must be at least 1, got {block_size!r}")
 
 
-def tile_schedule(n_queries, n_keys, block_size, is_causal=False):
+def tile_schedule(n_queries, n_keys, block_size, is_causal=False, *,
+                  skip_masked_tiles=True):
     """The tiles flash_attention computes, in its order, as a generator.
 
     Yields (query slice, key slice, needs_mask) one tile at a time, so the
     schedule itself takes no memory. Queries and keys are cut into blocks of
     block_size (the last may be shorter). With is_causal (top-left, query i
     sees keys j <= i, as in PyTorch), a tile entirely above the diagonal has
-    no allowed entry and is left out; needs_mask is True for the tiles the
-    diagonal crosses.
+    no allowed entry and is left out, unless skip_masked_tiles is False (to
+    measure what skipping saves); needs_mask is True for the tiles the
+    diagonal crosses, and for those above it when they are kept.
     """
     require_int("n_queries", n_queries, 0)
     require_int("n_keys", n_keys, 0)
     _check_block_size(block_size)
-    return _tiles(n_queries, n_keys, block_size, is_causal)
+    return _tiles(n_queries, n_keys, block_size, is_causal, skip_masked_tiles)
 
 
-def _tiles(n_queries, n_keys, block_size, is_causal):
+def _tiles(n_queries, n_keys, block_size, is_causal, skip_masked_tiles):
     for q_start in range(0, n_queries, block_size):
         q_end = min(q_start + block_size, n_queries)
         for k_start in range(0, n_keys, block_size):
             k_end = min(k_start + block_size, n_keys)
-            if is_causal and k_start > q_end - 1:
+            if is_causal and skip_masked_tiles and k_start > q_end - 1:
                 break                    # this tile and the ones right of it
             needs_mask = is_causal and k_end - 1 > q_start
             yield slice(q_start, q_end), slice(k_start, k_end), needs_mask
@@ -56,7 +58,7 @@ def _causal_tile_mask(query_slice, key_slice, device):
 
 
 def flash_attention(query, key, value, is_causal=False, scale=None,
-                    block_size=128):
+                    block_size=128, *, skip_masked_tiles=True):
     """softmax(Q K^T * scale) V computed tile by tile with the online softmax.
 
     query (..., L, E), key (..., S, E), value (..., S, Ev); batch dimensions
@@ -65,6 +67,8 @@ def flash_attention(query, key, value, is_causal=False, scale=None,
     log-sum-exp of each query's scaled, masked scores, what a backward pass
     needs to recompute the weights. It never holds an (L, S) matrix: at most
     one (..., block_size, block_size) tile of scores and of weights at a time.
+    skip_masked_tiles=False computes the causal tiles above the diagonal too,
+    every entry masked (the same output, more work: to measure the skip).
     Float16/bfloat16 inputs are computed in float32; the output is rounded
     to their dtype at the end, the log-sum-exp stays float32 (as in
     FlashAttention: rounded, it would spoil the recomputed weights).
@@ -83,7 +87,8 @@ def flash_attention(query, key, value, is_causal=False, scale=None,
     n_queries, n_keys = query.shape[-2], key.shape[-2]
     output = value.new_empty(*batch, n_queries, value.shape[-1])
     logsumexp = value.new_empty(*batch, n_queries)
-    tiles = tile_schedule(n_queries, n_keys, block_size, is_causal)
+    tiles = tile_schedule(n_queries, n_keys, block_size, is_causal,
+                          skip_masked_tiles=skip_masked_tiles)
     for q_slice, row_tiles in itertools.groupby(tiles, key=lambda t: t[0]):
         out, lse = _attend_query_block(query[..., q_slice, :] * scale, key,
                                        value, list(row_tiles), batch)
@@ -192,8 +197,9 @@ def run(q, k, v, block_size):
 
 
 with torch.no_grad():
-    run(*torch.randn(3, 1, 1, cases[0][0], head_dim), cases[0][1])  # warm up
     for length, block_size in cases:
+        # a first call at this size makes one-off allocations: not measured
+        run(*torch.randn(3, 1, 1, length, head_dim), block_size)
         q, k, v = torch.randn(3, 1, 1, length, head_dim, generator=generator)
         before = tiled.resident_bytes()
         tiled.reset_peak_resident_bytes()
@@ -209,7 +215,8 @@ def peak_extra_memory(implementation, lengths, head_dim=64, block_size=128):
     implementation: "naive" (naive_attention), "tiled" (flash_attention) or
     "sdpa" (torch.nn.functional.scaled_dot_product_attention). lengths: the
     sequence lengths L, one call each on float32 (1, 1, L, head_dim) inputs,
-    one thread, after a warm-up call. block_size: the tiled version's, one
+    one thread, each after a warm-up call of the same size (whose one-off
+    allocations are not counted). block_size: the tiled version's, one
     for all lengths or a list with one per length. Returns a list of ints,
     one per length: the peak resident memory during the call (Linux's VmHWM)
     minus the memory before it, so the output and everything the call

@@ -34,6 +34,8 @@ from .dot_product import (
     check_query_jacobian,
     check_masked_softmax,
     check_causal_mask,
+    check_temperature_for,
+    check_top_k_attention,
 )
 from .models import (
     check_context_vector,
@@ -44,14 +46,18 @@ from .models import (
     check_mha_parameter_count,
     check_kv_cache_bytes,
     check_repeat_kv,
+    check_bidirectional_states,
 )
 from .language_models import (
     check_rotary,
     check_rotary_attention,
+    check_llama3_frequencies,
     check_sliding_window_mask,
     check_cache_append,
+    check_generate_cached,
     check_online_softmax_update,
     check_causal_tiles,
+    check_flash_autograd,
     check_previous_word_targets,
     check_ablate_head,
     check_half_split_rows,

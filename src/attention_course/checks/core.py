@@ -55,15 +55,23 @@ def _tripwire(name):
     return tripwire
 
 
+def _globals_of(learner):
+    """The module namespace a learner's function reads; for a class (an autograd Function),
+    that of its forward method."""
+    if isinstance(learner, type):
+        learner = getattr(learner, "forward", learner)
+    return getattr(learner, "__globals__", {})
+
+
 def _namespaces(fn, references):
-    """Where a learner's function may find the forbidden functions: its globals, the package's
-    modules, and the modules the functions come from."""
+    """Where a learner's function (or class) may find the forbidden functions: its globals, the
+    package's modules, and the modules the functions come from."""
     package = sys.modules[__name__.split(".")[0]]
     modules = [package, torch.nn.functional,
                *(m for n, m in sys.modules.items() if n.startswith(package.__name__ + ".")),
                *(sys.modules[r.__module__] for r in references
                  if getattr(r, "__module__", None) in sys.modules)]
-    return [getattr(fn, "__globals__", {}), scoring.SIMILARITIES,
+    return [_globals_of(fn), scoring.SIMILARITIES,
             *{id(m): vars(m) for m in modules}.values()]
 
 
@@ -87,13 +95,16 @@ def _forbidden(fn, references):
             namespace[name] = value
 
 
-def _run(fn, args, case, kwargs=None, forbidden=()):
-    """Call the learner's function; turn any exception into a CheckFailed naming the case."""
+def _run(fn, args, case, kwargs=None, forbidden=(), learner=None):
+    """Call the learner's function; turn any exception into a CheckFailed naming the case.
+    `learner`: the learner's own function or class, when fn only calls it (torch.autograd.grad
+    running a learner's backward): its names are the ones forbidden and reported."""
+    learner = fn if learner is None else learner
     try:
-        with _forbidden(fn, forbidden):
+        with _forbidden(learner, forbidden):
             return fn(*args, **(kwargs or {}))
     except NotImplementedError:
-        raise NotAnswered(f"`{getattr(fn, '__name__', 'your function')}`") from None
+        raise NotAnswered(f"`{getattr(learner, '__name__', 'your function')}`") from None
     except _Delegated as delegated:
         raise CheckFailed(f"case '{case}': your function calls `{delegated}`, which computes "
                           "exactly what this exercise asks for; write the computation yourself "

@@ -194,3 +194,67 @@ def check_repeat_kv(fn, seed=0):
                               "as enable_gqa does (torch.repeat_interleave)")
         _compare(got, expected, case, "repeated heads")
     _passed("your KV-head repetition", len(cases))
+
+
+def _gru_pair(seed, embed_dim, hidden):
+    """Two float64 nn.GRU(embed_dim, hidden, batch_first=True), drawn from the seed without
+    touching the global random state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(4321 + seed)
+        return tuple(torch.nn.GRU(embed_dim, hidden, batch_first=True).double()
+                     for _ in range(2))
+
+
+def _bidirectional_by_loops(embedded, lengths, forward, backward, mistake=None):
+    """Each sequence alone, its own n tokens read both ways -> (batch, n_max, 2 hidden), zero at
+    the pads. mistake: "flip" reverses the padded sequence, "unflipped" leaves the backward
+    states in reading order, "swapped" stacks [backward; forward]."""
+    hidden = forward.hidden_size
+    out = torch.zeros(*embedded.shape[:2], 2 * hidden, dtype=torch.float64)
+    with torch.no_grad():
+        for b, n in enumerate(lengths):
+            x = embedded[b:b + 1].double()
+            ahead = forward(x)[0][0, :n]
+            read = x.flip(1) if mistake == "flip" else x[:, :n].flip(1)
+            behind = backward(read)[0][0]
+            behind = behind[:n] if mistake == "unflipped" else behind.flip(0)[:n]
+            pair = (behind, ahead) if mistake == "swapped" else (ahead, behind)
+            out[b, :n] = torch.cat(pair, dim=-1)
+    return out
+
+
+@_self_check
+def check_bidirectional_states(fn, seed=0):
+    """Check fn(embedded (batch, n_max, e), valid_lens (batch,), forward, backward) -> (batch,
+    n_max, 2 d): at each real position i of a sequence of length n, the forward GRU's state after
+    x_1..x_i stacked on the backward GRU's state after x_n..x_i (pads ignored)."""
+    cases = [("lengths 3, 1, 5 in a batch of 5 positions", 5, 4, 3, [3, 1, 5]),
+             ("no padding", 4, 3, 2, [4, 4]), ("one sequence and 3 pads", 6, 2, 4, [3])]
+    if seed:
+        sizes = _integers(seed, 3, 2, 8, 90)
+        cases = [(f"random case {k}", n_max, e, d, _integers(seed, 3, 1, n_max + 1, 91 + k))
+                 for k, (n_max, e, d) in enumerate(zip(sizes, _integers(seed, 3, 1, 6, 92),
+                                                       _integers(seed, 3, 1, 6, 93)))]
+        cases[0] = cases[0][:4] + ([cases[0][1]] + cases[0][4][1:],)   # a full-length one
+    hints = {"flip": "your backward GRU reads the padding first: reverse each sequence within "
+                     "its own length, so that it starts at that sequence's last real token",
+             "unflipped": "your backward states are in reading order: position i must hold the "
+                          "state that has read x_n, ..., x_i, so put them back in place",
+             "swapped": "your halves are swapped: stack [forward; backward]"}
+    for number, (case, n_max, embed_dim, hidden, lengths) in enumerate(cases):
+        forward, backward = _gru_pair(seed + number, embed_dim, hidden)
+        embedded = _random((len(lengths), n_max, embed_dim), seed, 95 + number).double()
+        valid_lens = torch.tensor(lengths)
+        expected = _bidirectional_by_loops(embedded, lengths, forward, backward)
+        with torch.no_grad():
+            got = _run(fn, (embedded.clone(), valid_lens, forward, backward), case)
+        real = torch.arange(n_max)[None, :] < valid_lens[:, None]         # (batch, n_max)
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            got = got.detach().double().masked_fill(~real[:, :, None], 0.0)
+            for mistake, hint in hints.items():
+                wrong = _bidirectional_by_loops(embedded, lengths, forward, backward, mistake)
+                if (not torch.allclose(wrong, expected, atol=1e-6)
+                        and torch.allclose(got, wrong, atol=1e-6)):
+                    raise CheckFailed(f"case '{case}': {hint}")
+        _compare(got, expected, case, "states")
+    _passed("your bidirectional encoder", len(cases))
