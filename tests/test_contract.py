@@ -31,6 +31,8 @@ from attention_course import (
     attention,
     data,
     decoding,
+    latent,
+    linear,
     masking,
     multihead,
     plotting,
@@ -214,6 +216,22 @@ def tiny_decoder(**options):
 def tiny_block():
     torch.manual_seed(0)
     return decoding.DecoderBlock(8, 2, 1, 16, window=4, sinks=1)
+
+
+def tiny_latent_attention():
+    torch.manual_seed(0)
+    return latent.MultiHeadLatentAttention(16, 2, kv_rank=4, q_rank=6, head_dim=4, rope_dim=2,
+                                           value_dim=3)
+
+
+def deepseek_state_dict():
+    """A DeepseekV3Attention state dict under transformers' names, made by hand: 2 heads,
+    kv_lora_rank 4, q_lora_rank 6, qk_nope_head_dim 4, qk_rope_head_dim 2, v_head_dim 3."""
+    shapes = {"q_a_proj.weight": (6, 16), "q_a_layernorm.weight": (6,),
+              "q_b_proj.weight": (2 * 6, 6), "kv_a_proj_with_mqa.weight": (4 + 2, 16),
+              "kv_a_layernorm.weight": (4,), "kv_b_proj.weight": (2 * 7, 4),
+              "o_proj.weight": (16, 2 * 3)}
+    return {name: randn(*shape) for name, shape in shapes.items()}
 
 
 TINY_ENCODER = dict(vocab_size=30522, embed_dim=8, num_heads=2, num_layers=1, ffn_dim=16,
@@ -628,6 +646,60 @@ REGISTRY = {
         lambda: (smollm2.interleaved_to_half_split,
                  dict(weight=torch.arange(16.0).reshape(8, 2), num_heads=2)),
         {"weight": TENSOR, "num_heads": COUNT}),
+    # latent (chapter 15)
+    "attention_course.latent.MultiHeadLatentAttention": Case(
+        lambda: (latent.MultiHeadLatentAttention,
+                 dict(embed_dim=16, num_heads=2, kv_rank=4, q_rank=6, head_dim=4, rope_dim=2,
+                      value_dim=3, base=100.0, norm_eps=1e-6)),
+        {"embed_dim": COUNT, "num_heads": COUNT, "kv_rank": COUNT, "q_rank": optional(COUNT),
+         "head_dim": optional(COUNT), "rope_dim": optional(COUNT), "value_dim": optional(COUNT),
+         "base": BASE, "norm_eps": NON_NEGATIVE}),
+    "attention_course.latent.MultiHeadLatentAttention.forward": Case(
+        lambda: (tiny_latent_attention(),
+                 dict(x=randn(2, 3, 16), cache=latent.LatentCache(), absorb=True)),
+        {"x": MATCHED, "cache": optional(INSTANCE)},
+        {"absorb": "a flag: any truth value"}),
+    **{f"attention_course.latent.MultiHeadLatentAttention.{name}": Case(
+        (lambda name=name: (getattr(tiny_latent_attention(), name),
+                            dict(x=randn(2, 3, 16), positions=torch.tensor([4, 5, 6])))),
+        {"x": MATCHED, "positions": optional(INTEGERS)})
+       for name in ("project_latent", "project_queries")},
+    "attention_course.latent.MultiHeadLatentAttention.expand": Case(
+        lambda: (tiny_latent_attention().expand, dict(latents=randn(2, 5, 4))),
+        {"latents": MATCHED}),
+    "attention_course.latent.MultiHeadLatentAttention.from_deepseek": Case(
+        lambda: (latent.MultiHeadLatentAttention.from_deepseek,
+                 dict(state_dict=deepseek_state_dict(), num_heads=2, interleaved=True,
+                      base=100.0, norm_eps=1e-6)),
+        {"state_dict": MAPPING, "num_heads": COUNT, "base": BASE, "norm_eps": NON_NEGATIVE},
+        {"interleaved": "a flag: any truth value"}),
+    "attention_course.latent.LatentCache": Case(lambda: (latent.LatentCache, {}), {}),
+    "attention_course.latent.LatentCache.update": Case(
+        lambda: (latent.LatentCache().update,
+                 dict(latent=randn(1, 3, 4), rope_key=randn(1, 3, 2, seed=1))),
+        {"latent": MATCHED, "rope_key": MATCHED}),
+    "attention_course.latent.latent_cache_bytes": Case(
+        lambda: (latent.latent_cache_bytes,
+                 dict(batch_size=1, seq_len=8, num_layers=2, kv_rank=4, rope_dim=2,
+                      bytes_per_element=2)),
+        {name: COUNT for name in ("batch_size", "seq_len", "num_layers", "kv_rank",
+                                  "rope_dim", "bytes_per_element")}),
+    # linear (chapter 16)
+    "attention_course.linear.linear_attention": Case(
+        lambda: (linear.linear_attention,
+                 dict(**qkv(n_q=5, d_v=3), feature_map="elu", causal=True, normalize=True,
+                      log_decay=-randn(2, 5, seed=3).abs(), chunk_size=2)),
+        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "feature_map": NAME,
+         "log_decay": optional(MATCHED), "chunk_size": optional(COUNT)},
+        {"causal": "a flag: any truth value", "normalize": "a flag: any truth value"}),
+    "attention_course.linear.delta_rule": Case(
+        lambda: (linear.delta_rule,
+                 dict(**qkv(n_q=5, d_v=3), beta=randn(2, 5, seed=3).sigmoid(),
+                      log_decay=-randn(2, 5, 4, seed=4).abs(), chunk_size=2,
+                      initial_state=randn(2, 4, 3, seed=5))),
+        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "beta": MATCHED,
+         "log_decay": optional(MATCHED), "chunk_size": optional(COUNT),
+         "initial_state": optional(MATCHED)}),
 }
 
 LOADER = ("reads one of the course's files (no tensor input): a missing file raises "
@@ -641,9 +713,11 @@ EXEMPT = {
                                             "make_synthetic_regression fills it",
     "attention_course.pretrained.minilm.TokenBatch": "a dataclass record the tokenizer fills; "
                                                      "the encoder checks its ids and lengths",
+    "attention_course.data.load_deepseek_reference": LOADER,
     **{f"attention_course.data.{name}": LOADER
        for name in ("load_mcycle", "load_zen_of_python", "load_execution_model",
-                    "load_minilm_reference", "load_smollm2_reference")},
+                    "load_minilm_reference", "load_smollm2_reference",
+                    "load_seq2seq_long_training")},
     **{f"attention_course.pretrained.minilm.{name}": LOADER
        for name in ("model_folder", "load_tokenizer", "load_minilm",
                     "EncoderConfig.from_json", "SentenceEncoder.from_safetensors")},

@@ -44,6 +44,8 @@ from . import (
     checks,
     data,
     decoding,
+    latent,
+    linear,
     masking,
     multihead,
     plotting,
@@ -57,6 +59,8 @@ from . import (
 from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_attention
 from .decoding import KVCache, TinyDecoder, decoding_mask
 from .data import load_mcycle, load_zen_of_python, make_synthetic_regression, split_data, target_function
+from .latent import LatentCache, MultiHeadLatentAttention, latent_cache_bytes
+from .linear import delta_rule, linear_attention
 from .masking import causal_mask, masked_softmax, valid_lens_mask
 from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
 from .plotting import plot_attention, plot_attention_schematic, plot_regression
@@ -89,6 +93,8 @@ __all__ = [
     "MultiHeadAttention",
     "KernelRegression",
     "KVCache",
+    "LatentCache",
+    "MultiHeadLatentAttention",
     "TinyDecoder",
     "SIMILARITIES",
     "attention",
@@ -99,10 +105,15 @@ __all__ = [
     "data",
     "decoding",
     "decoding_mask",
+    "delta_rule",
     "dot_product_scores",
     "flash_attention",
     "kernel_scores",
     "kv_cache_bytes",
+    "latent",
+    "latent_cache_bytes",
+    "linear",
+    "linear_attention",
     "leave_one_out_mse",
     "load_mcycle",
     "load_zen_of_python",

@@ -63,3 +63,9 @@ from .language_models import (
     check_half_split_rows,
     check_induction_targets,
 )
+from .frontier import (
+    check_absorbed_query,
+    check_latent_cache_bytes,
+    check_linear_recurrence,
+    check_gated_delta_step,
+)

@@ -1,0 +1,139 @@
+"""The checks of chapter 16 (linear attention, the gated delta rule): independent correct
+answers pass, on the visible and the hidden seeds; typical wrong answers fail with a hint that
+names the mistake."""
+
+import math
+
+import pytest
+import torch
+
+import attention_course
+from attention_course import checks
+from attention_course.checks import CheckFailed
+
+SEEDS = (0, 1, 2, 7)
+
+
+def recurrence_with_a_state(phi_q, phi_k, values):
+    """The exercise's answer: S and z updated token by token, then read."""
+    state = torch.zeros(phi_k.shape[1], values.shape[1], dtype=values.dtype)
+    normaliser = torch.zeros(phi_k.shape[1], dtype=values.dtype)
+    outputs = []
+    for q, k, v in zip(phi_q, phi_k, values):
+        state = state + torch.outer(k, v)
+        normaliser = normaliser + k
+        outputs.append(q @ state / (q @ normaliser))
+    return torch.stack(outputs)
+
+
+def recurrence_by_prefix_sums(phi_q, phi_k, values):
+    """Every state at once: cumulative sums of the outer products."""
+    states = torch.cumsum(phi_k[:, :, None] * values[:, None, :], dim=0)   # (n, f, d_v)
+    sums = torch.cumsum(phi_k, dim=0)                                      # (n, f)
+    return torch.einsum("tf,tfv->tv", phi_q, states) / (phi_q * sums).sum(1, keepdim=True)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("answer", [recurrence_with_a_state, recurrence_by_prefix_sums])
+def test_linear_recurrence_check_passes_independent_answers(answer, seed, capsys):
+    checks.check_linear_recurrence(answer, seed=seed)
+    assert capsys.readouterr().out.startswith("Correct")
+
+
+def read_before_write(phi_q, phi_k, values):
+    state = torch.zeros(phi_k.shape[1], values.shape[1])
+    normaliser = torch.zeros(phi_k.shape[1])
+    outputs = []
+    for q, k, v in zip(phi_q, phi_k, values):
+        outputs.append(q @ state / (q @ normaliser))
+        state, normaliser = state + torch.outer(k, v), normaliser + k
+    return torch.stack(outputs)
+
+
+def read_before_write_but_first_token_patched(phi_q, phi_k, values):
+    out = read_before_write(phi_q, phi_k, values)
+    out[0] = values[0]
+    return out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda q, k, v: torch.einsum("tf,tfv->tv", q, torch.cumsum(
+        k[:, :, None] * v[:, None, :], 0)), "not normalised"),
+    (lambda q, k, v: torch.softmax(torch.log(q @ k.T), 1) @ v, "every query reads every key"),
+    (lambda q, k, v: torch.cumsum(v, 0) / torch.arange(1, len(v) + 1)[:, None], "running mean"),
+    (read_before_write, "0 / 0 is NaN"),
+    (read_before_write_but_first_token_patched, "its own key and value too"),
+    (lambda q, k, v: recurrence_with_a_state(q, k, v)[:, :1], "shape"),
+    (lambda q, k, v: 1.01 * recurrence_with_a_state(q, k, v), "outputs at index"),
+    (lambda q, k, v: attention_course.linear_attention(q, k, v, feature_map="identity"),
+     "calls `linear_attention`"),
+])
+def test_linear_recurrence_check_names_the_usual_mistakes(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        checks.check_linear_recurrence(wrong)
+    assert attention_course.linear.linear_attention is attention_course.linear_attention
+
+
+def delta_step_as_a_matrix(state, key, value, beta, gamma):
+    """gamma (I - beta k k^T) S + beta k v^T: the step as one linear map of S."""
+    eye = torch.eye(len(key), dtype=state.dtype)
+    return gamma * (eye - beta * torch.outer(key, key)) @ state + beta * torch.outer(key, value)
+
+
+def delta_step_by_entries(state, key, value, beta, gamma):
+    new = torch.zeros_like(state)
+    for i in range(state.shape[0]):
+        for j in range(state.shape[1]):
+            predicted = sum(gamma * state[c, j] * key[c] for c in range(len(key)))
+            new[i, j] = gamma * state[i, j] + beta * key[i] * (value[j] - predicted)
+    return new
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("answer", [delta_step_as_a_matrix, delta_step_by_entries])
+def test_gated_delta_step_check_passes_independent_answers(answer, seed, capsys):
+    checks.check_gated_delta_step(answer, seed=seed)
+    assert capsys.readouterr().out.startswith("Correct")
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda s, k, v, b, g: g * (s + b * torch.outer(k, v - s.T @ k)), "decayed after writing"),
+    (lambda s, k, v, b, g: g * s + b * torch.outer(k, v - s.T @ k), "with the decayed state"),
+    (lambda s, k, v, b, g: g * s + b * torch.outer(k, v), "linear attention's update"),
+    (lambda s, k, v, b, g: g * s + b * torch.outer(k, v + g * s.T @ k), "not v \\+ S'\\^T k"),
+    (lambda s, k, v, b, g: g * s + b * torch.outer(k, v - g * s @ k)
+     if s.shape[0] == s.shape[1] else delta_step_as_a_matrix(s, k, v, b, g), "k @ S in code"),
+    (lambda s, k, v, b, g: delta_step_as_a_matrix(s, k, v, b, g).T, "not u k\\^T"),
+    (lambda s, k, v, b, g: delta_step_as_a_matrix(s, k, v, b, g) + 1e-3, "new state at index"),
+    (lambda s, k, v, b, g: attention_course.delta_rule(
+        k[None], k[None], v[None], torch.tensor([b]), torch.tensor([math.log(g)]),
+        initial_state=s)[1], "calls `delta_rule`"),
+])
+def test_gated_delta_step_check_names_the_usual_mistakes(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        checks.check_gated_delta_step(wrong)
+
+
+def test_chapter_16_checks_refuse_answers_that_only_fit_the_visible_cases():
+    visible = {tuple(state.shape) for _, state, *_ in checks.frontier._delta_step_cases(0)}
+
+    def memorised(state, key, value, beta, gamma):
+        if tuple(state.shape) in visible:
+            return delta_step_as_a_matrix(state, key, value, beta, gamma)
+        return state
+
+    checks.check_gated_delta_step(memorised)
+    with pytest.raises(CheckFailed):
+        for seed in (1, 2):
+            checks.check_gated_delta_step(memorised, seed=seed)
+
+
+def test_chapter_16_stubs_wait_for_their_answers(capsys):
+    def stub(*args):
+        raise NotImplementedError
+
+    for check in (checks.check_linear_recurrence, checks.check_gated_delta_step):
+        assert check(stub) is None
+        assert "Not yet answered" in capsys.readouterr().out
+        with pytest.raises(checks.NotAnswered):
+            check(stub, strict=True)
