@@ -205,7 +205,17 @@ def test_target_function_refuses_negative_x_rather_than_returning_nan():
     assert torch.isfinite(target_function(torch.tensor([0.0, 1.0]))).all()
 
 
-def test_seq2seq_long_training_is_what_chapter_6_computes(tmp_path):
+@pytest.fixture
+def chapter_6_settings():
+    """The chapter's first cell sets float64 as the default dtype and one thread for this
+    process: restored afterwards, or every later test would run under them."""
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    yield
+    torch.set_default_dtype(dtype)
+    torch.set_num_threads(threads)
+
+
+def test_seq2seq_long_training_is_what_chapter_6_computes(tmp_path, chapter_6_settings):
     """Chapter 6's long-training table: checksum, shape, and one of its six runs (seed 0 without
     attention, 960 steps) recomputed from the chapter's own code by the script that wrote it."""
     import importlib.util
