@@ -517,7 +517,7 @@ def write_edition(browser, base, site, edition, source=ROOT):
     for page, sheet in zip(book.pages, overlay.pages):
         page.merge_page(sheet)
     _links_inside(book, printed, len(front.pages), info["url"])
-    book.add_outline_item(title=info["title"], page_number=0)
+    book.add_outline_item(title="Title page", page_number=0)  # the home page has the title
     book.add_outline_item(title="Contents", page_number=1)
     _bookmarks(book, printed, len(front.pages))
     book.add_metadata({"/Title": f"{info['title']}, {EDITION_LABELS[edition].lower()}",
