@@ -519,7 +519,8 @@ def contents_pages(reader):
 def contents(reader, texts):
     """The printed table of contents: [(number or "", title, page)]."""
     lines = [line.strip().translate(PRINTED_LETTERS)
-             for index in contents_pages(reader) for line in texts[index].splitlines()]
+             for index in contents_pages(reader) for line in texts[index].splitlines()
+             if "CC BY-SA" not in line]  # the footer's licence line ends in the page number
     entries = [re.fullmatch(r"(?:(\d+(?:\.\d+)*\.) )?(.+?) (\d+)", line) for line in lines]
     return [(m[1] or "", m[2], int(m[3])) for m in entries if m]
 
