@@ -29,6 +29,7 @@ from torch import nn
 import attention_course as ac
 from attention_course import (
     attention,
+    costs,
     data,
     decoding,
     latent,
@@ -40,6 +41,8 @@ from attention_course import (
     positions,
     rotary,
     scoring,
+    sinks,
+    sparse,
     tiled,
 )
 from attention_course.pretrained import heads, minilm, smollm2
@@ -234,6 +237,30 @@ def deepseek_state_dict():
     return {name: randn(*shape) for name, shape in shapes.items()}
 
 
+def tiny_indexer():
+    torch.manual_seed(0)
+    return sparse.LightningIndexer(16, 6, num_heads=2, head_dim=4, rope_dim=2)
+
+
+def tiny_sparse_attention():
+    torch.manual_seed(0)
+    return sparse.DeepSeekSparseAttention(16, 2, kv_rank=4, q_rank=6, top_k=2, index_heads=2,
+                                          index_head_dim=4, head_dim=4, rope_dim=2, value_dim=3)
+
+
+def deepseek_indexer_state_dict():
+    """A DeepseekV32Indexer state dict made by hand: 2 heads of 4, hidden 16, q_lora_rank 6."""
+    shapes = {"wq_b.weight": (2 * 4, 6), "wk.weight": (4, 16), "k_norm.weight": (4,),
+              "k_norm.bias": (4,), "weights_proj.weight": (2, 16)}
+    return {name: randn(*shape) for name, shape in shapes.items()}
+
+
+def deepseek_v32_state_dict():
+    """A DeepseekV32Attention state dict: deepseek_state_dict's MLA and that indexer."""
+    return {**deepseek_state_dict(), **{f"indexer.{name}": tensor for name, tensor
+                                        in deepseek_indexer_state_dict().items()}}
+
+
 TINY_ENCODER = dict(vocab_size=30522, embed_dim=8, num_heads=2, num_layers=1, ffn_dim=16,
                     max_positions=16)
 
@@ -297,6 +324,23 @@ def three_points():
 
 PREVIOUS_TOKEN = torch.zeros(2, 4, 4, dtype=torch.bool)
 PREVIOUS_TOKEN[:, torch.arange(1, 4), torch.arange(3)] = True
+
+
+def duck_typed_config():
+    """A duck-typed transformers config: what attention_costs reads of a gpt-oss one."""
+    import types
+    return types.SimpleNamespace(
+        model_type="gpt_oss", num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"])
+
+
+CONFIG = [Bad("not a config", constant(object()), TypeError),
+          Bad("an unsupported model_type", lambda v: type(v)(model_type="bert"), ValueError)]
+LAYER_TYPES = [Bad("a string", constant("full_attention"), TypeError),
+               Bad("numbers", constant([1, 2]), TypeError),
+               Bad("empty", constant([]), ValueError),
+               Bad("an unknown layer type", constant(["global_attention"]), ValueError)]
 
 REGISTRY = {
     # attention
@@ -656,8 +700,9 @@ REGISTRY = {
          "base": BASE, "norm_eps": NON_NEGATIVE}),
     "attention_course.latent.MultiHeadLatentAttention.forward": Case(
         lambda: (tiny_latent_attention(),
-                 dict(x=randn(2, 3, 16), cache=latent.LatentCache(), absorb=True)),
-        {"x": MATCHED, "cache": optional(INSTANCE)},
+                 dict(x=randn(2, 3, 16), cache=latent.LatentCache(), absorb=True,
+                      attn_mask=torch.ones(2, 1, 3, 3, dtype=torch.bool))),
+        {"x": MATCHED, "cache": optional(INSTANCE), "attn_mask": ATTN_MASK},
         {"absorb": "a flag: any truth value"}),
     **{f"attention_course.latent.MultiHeadLatentAttention.{name}": Case(
         (lambda name=name: (getattr(tiny_latent_attention(), name),
@@ -684,6 +729,60 @@ REGISTRY = {
                       bytes_per_element=2)),
         {name: COUNT for name in ("batch_size", "seq_len", "num_layers", "kv_rank",
                                   "rope_dim", "bytes_per_element")}),
+    # sparse (chapter 17)
+    "attention_course.sparse.LightningIndexer": Case(
+        lambda: (sparse.LightningIndexer,
+                 dict(embed_dim=16, q_rank=6, num_heads=2, head_dim=4, rope_dim=2, base=100.0)),
+        {"embed_dim": COUNT, "q_rank": COUNT, "num_heads": COUNT, "head_dim": COUNT,
+         "rope_dim": COUNT, "base": BASE}),
+    "attention_course.sparse.LightningIndexer.forward": Case(
+        lambda: (tiny_indexer(), dict(x=randn(2, 3, 16), q_latent=randn(2, 3, 6, seed=1),
+                                      positions=torch.tensor([4, 5, 6]))),
+        {"x": MATCHED, "q_latent": MATCHED, "positions": optional(INTEGERS)}),
+    "attention_course.sparse.LightningIndexer.from_deepseek": Case(
+        lambda: (sparse.LightningIndexer.from_deepseek,
+                 dict(state_dict=deepseek_indexer_state_dict(), rope_dim=2, base=100.0)),
+        {"state_dict": MAPPING, "rope_dim": COUNT, "base": BASE}),
+    "attention_course.sparse.top_k_mask": Case(
+        lambda: (sparse.top_k_mask, dict(index_scores=randn(2, 3, 4), k=2)),
+        {"index_scores": FLOAT, "k": COUNT}),
+    "attention_course.sparse.DeepSeekSparseAttention": Case(
+        lambda: (sparse.DeepSeekSparseAttention,
+                 dict(embed_dim=16, num_heads=2, kv_rank=4, q_rank=6, top_k=2, index_heads=2,
+                      index_head_dim=4, head_dim=4, rope_dim=2, value_dim=3, base=100.0,
+                      norm_eps=1e-6)),
+        {"embed_dim": COUNT, "num_heads": COUNT, "kv_rank": COUNT, "q_rank": COUNT,
+         "top_k": COUNT, "index_heads": COUNT, "index_head_dim": COUNT,
+         "head_dim": optional(COUNT), "rope_dim": optional(COUNT), "value_dim": optional(COUNT),
+         "base": BASE, "norm_eps": NON_NEGATIVE}),
+    "attention_course.sparse.DeepSeekSparseAttention.forward": Case(
+        lambda: (tiny_sparse_attention(), dict(x=randn(2, 3, 16), absorb=True)),
+        {"x": MATCHED}, {"absorb": "a flag: any truth value"}),
+    "attention_course.sparse.DeepSeekSparseAttention.index_scores": Case(
+        lambda: (tiny_sparse_attention().index_scores, dict(x=randn(2, 3, 16))),
+        {"x": MATCHED}),
+    "attention_course.sparse.DeepSeekSparseAttention.from_deepseek": Case(
+        lambda: (sparse.DeepSeekSparseAttention.from_deepseek,
+                 dict(state_dict=deepseek_v32_state_dict(), num_heads=2, top_k=2,
+                      interleaved=True, base=100.0, norm_eps=1e-6)),
+        {"state_dict": MAPPING, "num_heads": COUNT, "top_k": COUNT, "base": BASE,
+         "norm_eps": NON_NEGATIVE},
+        {"interleaved": "a flag: any truth value"}),
+    # costs (chapter 17)
+    "attention_course.costs.hybrid_cache_bytes": Case(
+        lambda: (costs.hybrid_cache_bytes,
+                 dict(layer_types=["sliding_attention", "full_attention"], seq_len=8,
+                      window=4, num_kv_heads=2, head_dim=8, batch_size=1,
+                      bytes_per_element=2)),
+        {"layer_types": LAYER_TYPES, "window": optional(COUNT),
+         **{name: COUNT for name in ("seq_len", "num_kv_heads", "head_dim", "batch_size",
+                                     "bytes_per_element")}}),
+    "attention_course.costs.attention_costs": Case(
+        lambda: (costs.attention_costs,
+                 dict(config=duck_typed_config(), seq_len=8, bytes_per_element=2,
+                      state_bytes_per_element=4, mla_path="absorbed")),
+        {"config": CONFIG, "seq_len": COUNT, "bytes_per_element": COUNT,
+         "state_bytes_per_element": COUNT, "mla_path": NAME}),
     # linear (chapter 16)
     "attention_course.linear.linear_attention": Case(
         lambda: (linear.linear_attention,
@@ -700,6 +799,18 @@ REGISTRY = {
         {"query": MATCHED, "key": MATCHED, "value": MATCHED, "beta": MATCHED,
          "log_decay": optional(MATCHED), "chunk_size": optional(COUNT),
          "initial_state": optional(MATCHED)}),
+    # sinks (chapter 17)
+    "attention_course.sinks.sink_softmax": Case(
+        lambda: (sinks.sink_softmax, dict(scores=randn(2, 3, 4, 5), sinks=randn(3, seed=1))),
+        {"scores": MATCHED, "sinks": MATCHED}),
+    "attention_course.sinks.sink_attention": Case(
+        lambda: (sinks.sink_attention,
+                 dict(query=randn(2, 4, 3, 5), key=randn(2, 2, 6, 5, seed=1),
+                      value=randn(2, 2, 6, 7, seed=2), sinks=randn(4, seed=3),
+                      attn_mask=torch.ones(3, 6, dtype=torch.bool), is_causal=False,
+                      scale=0.5)),
+        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "sinks": MATCHED,
+         "attn_mask": ATTN_MASK, "scale": optional(NUMBER)}),
 }
 
 LOADER = ("reads one of the course's files (no tensor input): a missing file raises "
@@ -711,6 +822,8 @@ EXEMPT = {
                                "(test_checks)",
     "attention_course.data.RegressionData": "a NamedTuple record of four tensors; "
                                             "make_synthetic_regression fills it",
+    "attention_course.costs.AttentionCosts": "a frozen dataclass record of numbers; "
+                                             "attention_costs fills it (test_costs)",
     "attention_course.pretrained.minilm.TokenBatch": "a dataclass record the tokenizer fills; "
                                                      "the encoder checks its ids and lengths",
     "attention_course.data.load_deepseek_reference": LOADER,

@@ -10,8 +10,10 @@ import torch.nn.functional as F
 
 from attention_course import (
     AdditiveAttention,
+    DeepSeekSparseAttention,
     GroupedQueryAttention,
     KernelRegression,
+    LightningIndexer,
     MultiHeadAttention,
     SIMILARITIES,
     apply_rotary,
@@ -24,9 +26,13 @@ from attention_course import (
     plot_attention,
     plot_attention_schematic,
     plot_regression,
+    decoding_mask,
     scaled_dot_product_attention,
+    sink_attention,
+    sink_softmax,
     sinusoidal_positional_encoding,
     soft_nearest_neighbours,
+    top_k_mask,
 )
 
 DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
@@ -192,6 +198,85 @@ def test_plots_accept_half_precision_and_tensors_with_grad(dtype):
     plt.close(plot_attention_schematic(torch.tensor([0.25, 0.75], dtype=dtype)).figure)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_sparse_attention_in_every_dtype(dtype):
+    """DeepSeek Sparse Attention: output and weights keep the dtype; the indexer's scores are
+    float32 for half inputs (rounded to 8 bits they would tie), the dtype otherwise; queries
+    that select what float64 selects get float64's output to the dtype's tolerance."""
+    torch.manual_seed(0)
+    sizes = dict(embed_dim=32, num_heads=4, kv_rank=8, q_rank=12, top_k=5, index_heads=4,
+                 index_head_dim=8)
+    layer = DeepSeekSparseAttention(**sizes).double()
+    x = normal(2, 12, 32)
+    low_layer = DeepSeekSparseAttention(**sizes).to(dtype)
+    low_layer.load_state_dict({k: v.to(dtype) for k, v in layer.state_dict().items()})
+    with torch.no_grad():
+        reference, _, reference_selected = layer(x)
+        reference_scores = layer.index_scores(x)
+        output, weights, selected = low_layer(x.to(dtype))
+        scores = low_layer.index_scores(x.to(dtype))
+    assert output.dtype == weights.dtype == dtype and selected.dtype == torch.bool
+    assert scores.dtype == (torch.float32 if dtype in HALF else dtype)
+    finite = reference_scores.isfinite()
+    assert torch.equal(scores.isfinite(), finite)
+    scale = 1 + reference_scores[finite].abs().max().item()
+    assert error(scores[finite], reference_scores[finite]) <= TOLERANCE[dtype] * scale
+    same = (selected == reference_selected).all(-1)                 # (batch, L)
+    assert same.double().mean() >= 0.75
+    assert error(output[same], reference[same]) <= TOLERANCE[dtype] * (
+        1 + reference.abs().max().item())
+    assert top_k_mask(scores, 3).sum(-1).max() == 3
+
+
+def sinks_as_one_more_key(query, key, value, sinks, mask):
+    """PyTorch's SDPA computing attention with learned sinks: one more key, of zeros, whose
+    float-mask entry is the head's sink (its score), and a value of zeros."""
+    (batch, heads, n_q, _), kv_heads = query.shape, key.shape[1]
+    bias = torch.zeros(heads, n_q, key.shape[2], dtype=query.dtype)
+    if mask is not None:
+        bias = (bias.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool
+                else bias + mask)
+    bias = torch.cat([bias, sinks[:, None, None].expand(heads, n_q, 1)], dim=-1)
+
+    def one_more(t):
+        return torch.cat([t, t.new_zeros(batch, kv_heads, 1, t.shape[-1])], dim=2)
+    return F.scaled_dot_product_attention(query, one_more(key), one_more(value),
+                                          attn_mask=bias, enable_gqa=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mask", ["none", "causal", "window", "float"])
+def test_sink_attention_keeps_dtype_and_matches_pytorchs_accuracy(dtype, mask):
+    q, k, v = normal(2, 8, 64, 32, seed=1), normal(2, 2, 64, 32, seed=2), normal(2, 2, 64, 16)
+    sinks = normal(8, seed=5)
+    positions = torch.arange(64)
+    masks = {"none": None, "causal": causal_mask(64),
+             "window": decoding_mask(positions, positions, window=16),
+             "float": 0.5 * normal(64, 64, seed=4)}
+    reference = sinks_as_one_more_key(q, k, v, sinks, masks[mask])
+    low = [t.to(dtype) for t in (q, k, v, sinks)]
+    low_mask = masks[mask].to(dtype) if mask == "float" else masks[mask]
+    options = {"is_causal": True} if mask == "causal" else {"attn_mask": low_mask}
+    ours, weights = sink_attention(*low, **options)
+    assert ours.dtype == weights.dtype == dtype
+    no_worse_than_pytorch(ours, sinks_as_one_more_key(*low, low_mask), reference, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_sink_softmax_in_every_dtype(dtype):
+    scores, sinks = 4 * normal(3, 4, 5, 40), normal(4, seed=1)
+    scores[0, 1, 2] = float("-inf")                               # a fully masked row
+
+    def with_a_column(scores, sinks):                             # as transformers' gpt-oss
+        column = sinks[:, None, None].expand(*scores.shape[:-1], 1)
+        return torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
+    reference = with_a_column(scores, sinks)
+    ours = sink_softmax(scores.to(dtype), sinks.to(dtype))
+    assert ours.dtype == dtype and torch.equal(ours[0, 1, 2], torch.zeros_like(ours[0, 1, 2]))
+    no_worse_than_pytorch(ours, with_a_column(scores.to(dtype), sinks.to(dtype)), reference,
+                          dtype)
+
+
 # ----------------------------------------------------------------------------------------- meta
 
 def test_modules_built_from_modules_stay_on_the_source_device():
@@ -217,3 +302,35 @@ def test_nothing_is_created_on_the_cpu_behind_the_callers_back():
     assert all(t.device.type == "meta"
                for t in flash_attention(q, k, v, is_causal=True, block_size=2))
     assert apply_rotary(q, torch.arange(5, device="meta")).device.type == "meta"
+
+
+def test_sparse_attention_creates_nothing_on_the_cpu():
+    indexer = LightningIndexer(16, 6, 2, head_dim=8, rope_dim=4).to("meta")
+    x, q_latent = torch.empty(2, 5, 16, device="meta"), torch.empty(2, 5, 6, device="meta")
+    assert indexer(x, q_latent).device.type == "meta"
+    assert top_k_mask(torch.empty(2, 5, 5, device="meta"), 2).device.type == "meta"
+    with torch.device("meta"):
+        layer = DeepSeekSparseAttention(16, 2, kv_rank=4, q_rank=6, top_k=2, index_heads=2,
+                                        index_head_dim=8)
+    assert layer.index_scores(x).device.type == "meta"
+    # (the attention itself asks whether a row is fully masked, which meta tensors cannot say)
+    shapes = {"q_a_proj.weight": (6, 16), "q_a_layernorm.weight": (6,),
+              "q_b_proj.weight": (2 * 6, 6), "kv_a_proj_with_mqa.weight": (4 + 2, 16),
+              "kv_a_layernorm.weight": (4,), "kv_b_proj.weight": (2 * 7, 4),
+              "o_proj.weight": (16, 2 * 3), "indexer.wq_b.weight": (2 * 8, 6),
+              "indexer.wk.weight": (8, 16), "indexer.k_norm.weight": (8,),
+              "indexer.k_norm.bias": (8,), "indexer.weights_proj.weight": (2, 16)}
+    state = {name: torch.empty(shape, device="meta", dtype=torch.bfloat16)
+             for name, shape in shapes.items()}
+    copy = DeepSeekSparseAttention.from_deepseek(state, num_heads=2, top_k=2)
+    assert {(p.device.type, p.dtype) for p in copy.parameters()} == {("meta", torch.bfloat16)}
+
+
+def test_sinks_create_nothing_on_the_cpu():
+    q, k, v = (torch.empty(2, 4, 5, 8, device="meta"), torch.empty(2, 2, 5, 8, device="meta"),
+               torch.empty(2, 2, 5, 3, device="meta"))
+    sinks = torch.empty(4, device="meta")
+    window = decoding_mask(torch.arange(5, device="meta"), torch.arange(5, device="meta"), 2)
+    for options in ({"is_causal": True}, {"attn_mask": window}):
+        assert all(t.device.type == "meta" for t in sink_attention(q, k, v, sinks, **options))
+    assert sink_softmax(torch.empty(2, 4, 5, 5, device="meta"), sinks).device.type == "meta"

@@ -42,6 +42,7 @@ whole number).
 from . import (
     attention,
     checks,
+    costs,
     data,
     decoding,
     latent,
@@ -54,9 +55,12 @@ from . import (
     pretrained,
     rotary,
     scoring,
+    sinks,
+    sparse,
     tiled,
 )
 from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_attention
+from .costs import AttentionCosts, attention_costs, hybrid_cache_bytes
 from .decoding import KVCache, TinyDecoder, decoding_mask
 from .data import load_mcycle, load_zen_of_python, make_synthetic_regression, split_data, target_function
 from .latent import LatentCache, MultiHeadLatentAttention, latent_cache_bytes
@@ -67,6 +71,8 @@ from .plotting import plot_attention, plot_attention_schematic, plot_regression
 from .positions import sinusoidal_positional_encoding
 from .rotary import apply_rotary, rotary_frequencies
 from .rotary import rotary_attention_factor
+from .sinks import sink_attention, sink_softmax
+from .sparse import DeepSeekSparseAttention, LightningIndexer, top_k_mask
 from .tiled import flash_attention
 from .pooling import (
     KernelRegression,
@@ -89,18 +95,23 @@ __version__ = "0.1.0"
 __all__ = [
     "AdditiveAttention",
     "apply_rotary",
+    "AttentionCosts",
+    "DeepSeekSparseAttention",
     "GroupedQueryAttention",
     "MultiHeadAttention",
     "KernelRegression",
     "KVCache",
     "LatentCache",
+    "LightningIndexer",
     "MultiHeadLatentAttention",
     "TinyDecoder",
     "SIMILARITIES",
     "attention",
+    "attention_costs",
     "attention_entropy",
     "causal_mask",
     "checks",
+    "costs",
     "cosine_scores",
     "data",
     "decoding",
@@ -108,6 +119,7 @@ __all__ = [
     "delta_rule",
     "dot_product_scores",
     "flash_attention",
+    "hybrid_cache_bytes",
     "kernel_scores",
     "kv_cache_bytes",
     "latent",
@@ -137,10 +149,15 @@ __all__ = [
     "scaled_dot_product_scores",
     "scoring",
     "select_bandwidth",
+    "sink_attention",
+    "sink_softmax",
+    "sinks",
     "sinusoidal_positional_encoding",
     "soft_nearest_neighbours",
+    "sparse",
     "split_data",
     "target_function",
     "tiled",
+    "top_k_mask",
     "valid_lens_mask",
 ]

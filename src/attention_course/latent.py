@@ -49,12 +49,16 @@ neighbours (2i, 2i + 1) instead (transformers' `rope_interleave=True`); `from_de
 the rows of W_KR and W_QR to the half-split pairing, which gives the same scores and the same
 rotated keys that transformers caches.
 
-forward(x (batch, L, embed_dim), cache=None, absorb=False) -> (output (batch, L, embed_dim),
-weights (batch, num_heads, L, S)): causal self-attention; with a LatentCache the L tokens
-continue the cached ones (positions cache.seen onwards) and attend to them too. absorb=False
-is the explicit path (every key and value projected up from the latents, as transformers
-does); absorb=True folds W_UK into the query and applies W_UV after the weighted sum of
-latents, so that attention runs over the cached latents themselves. Both give the same output.
+forward(x (batch, L, embed_dim), cache=None, absorb=False, attn_mask=None) -> (output (batch,
+L, embed_dim), weights (batch, num_heads, L, S)): causal self-attention; with a LatentCache the
+L tokens continue the cached ones (positions cache.seen onwards) and attend to them too.
+absorb=False is the explicit path (every key and value projected up from the latents, as
+transformers does); absorb=True folds W_UK into the query and applies W_UV after the weighted
+sum of latents, so that attention runs over the cached latents themselves. Both give the same
+output. attn_mask, a bool tensor broadcastable to (batch, num_heads, L, S), True where a query
+may attend to a key, further restricts the causal mask (both must allow a key): DeepSeek Sparse
+Attention passes the keys its indexer selects (`attention_course.sparse`). A query left with no
+allowed key gets weights 0 and an output of 0.
 """
 
 import collections.abc
@@ -64,11 +68,13 @@ import torch
 from torch import nn
 
 from ._shapes import (
+    broadcast_shape,
     require_dtype_of,
     require_float,
     require_instance,
     require_int,
     require_number,
+    require_tensor,
     shape_of,
     type_name,
 )
@@ -163,10 +169,11 @@ class MultiHeadLatentAttention(nn.Module):
     decoupled RoPE, and an absorbed path; arguments and weights documented in the module
     (`help(attention_course.latent)`).
 
-    forward(x (batch, L, embed_dim), cache=None, absorb=False) -> (output (batch, L,
-    embed_dim), weights (batch, num_heads, L, S)), causal; with a LatentCache the new tokens
-    continue the cached ones. Equal to transformers' DeepseekV3Attention with the same weights
-    (`from_deepseek`).
+    forward(x (batch, L, embed_dim), cache=None, absorb=False, attn_mask=None) -> (output
+    (batch, L, embed_dim), weights (batch, num_heads, L, S)), causal; with a LatentCache the new
+    tokens continue the cached ones; attn_mask (bool, broadcastable to (batch, num_heads, L, S),
+    True = may attend) is AND-ed with the causal mask. Equal to transformers'
+    DeepseekV3Attention with the same weights (`from_deepseek`).
     """
 
     def __init__(self, embed_dim, num_heads, kv_rank, q_rank=None, head_dim=None,
@@ -232,8 +239,10 @@ class MultiHeadLatentAttention(nn.Module):
 
     # ------------------------------------------------------------------- attention
 
-    def forward(self, x, cache=None, absorb=False):
+    def forward(self, x, cache=None, absorb=False, attn_mask=None):
         positions = self._check_x(x, None, cache)
+        held = 0 if cache is None else len(cache)
+        self._check_mask(attn_mask, x, held + x.shape[1])             # before the cache grows
         latents, rope_keys = self._project_latent(x, positions)  # (b, L, d_c), (b, L, d_R)
         q_content, q_rope = self._project_queries(x, positions)  # (b, H, L, d_h), (..., d_R)
         key_positions = positions
@@ -241,6 +250,8 @@ class MultiHeadLatentAttention(nn.Module):
             latents, rope_keys = cache.update(latents, rope_keys)    # (b, S, ...)
             key_positions = cache.key_positions.to(x.device)
         allowed = decoding_mask(positions, key_positions)             # (L, S)
+        if attn_mask is not None:
+            allowed = allowed & attn_mask.to(x.device)          # (.., L, S) up to (b, H, L, S)
         attend = self._attend_absorbed if absorb else self._attend_explicit
         heads, weights = attend(q_content, q_rope, latents, rope_keys, allowed)
         return self.out_proj(_merge_heads(heads)), weights         # (b, L, d), (b, H, L, S)
@@ -264,6 +275,19 @@ class MultiHeadLatentAttention(nn.Module):
         mixed, weights = scaled_dot_product_attention(
             query, key, latents[:, None], attn_mask=allowed, scale=self.scale)  # (b,H,L,d_c)
         return mixed @ w_uv.transpose(1, 2), weights                # (b, H, L, d_v)
+
+    def _check_mask(self, attn_mask, x, n_keys):
+        """None, or a bool mask broadcastable to the scores (batch, num_heads, L, S)."""
+        if attn_mask is None:
+            return
+        require_tensor("attn_mask", attn_mask)
+        scores = (x.shape[0], self.num_heads, x.shape[1], n_keys)
+        if attn_mask.dtype != torch.bool:
+            raise ValueError(f"attn_mask {shape_of(attn_mask)} must be bool (True = may "
+                             f"attend), got {attn_mask.dtype}")
+        if broadcast_shape(attn_mask.shape, scores) != scores:
+            raise ValueError(f"attn_mask {shape_of(attn_mask)} does not broadcast to the scores "
+                             f"(batch, num_heads, L, S) = {scores}")
 
     def _check_x(self, x, positions, cache=None):
         """x (batch, L, embed_dim) in the weights' dtype -> positions (L,) on x's device."""

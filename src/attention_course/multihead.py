@@ -91,15 +91,17 @@ def grouped_attention(q, k, v, attn_mask=None, is_causal=False):
     return _grouped_attention(q, k, v, attn_mask, is_causal)
 
 
-def _check_grouped(q, k, v):
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
+def _check_grouped(q, k, v, names=("q", "k", "v")):
+    """q, k, v as grouped_attention takes them; `names`: the caller's argument names."""
+    q_name, k_name, v_name = names
+    for name, tensor in zip(names, (q, k, v)):
         require_float(name, tensor, 4)
-    require_same_dtype("q", q, "k", k, "v", v)
+    require_same_dtype(q_name, q, k_name, k, v_name, v)
     if (q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or k.shape[1] < 1
-            or q.shape[1] % k.shape[1] or q.shape[-1] != k.shape[-1]):
-        raise ValueError(f"q {shape_of(q)}, k {shape_of(k)} and v {shape_of(v)} must be (batch, "
-                         "H, L, d), (batch, H_kv, S, d) and (batch, H_kv, S, d_v) with H a "
-                         "multiple of H_kv")
+            or q.shape[1] % k.shape[1] or q.shape[-1] != k.shape[-1] or q.shape[-1] < 1):
+        raise ValueError(f"{q_name} {shape_of(q)}, {k_name} {shape_of(k)} and {v_name} "
+                         f"{shape_of(v)} must be (batch, H, L, d), (batch, H_kv, S, d) and "
+                         "(batch, H_kv, S, d_v) with H a multiple of H_kv and d >= 1")
 
 
 def _grouped_attention(q, k, v, attn_mask, is_causal):

@@ -68,4 +68,7 @@ from .frontier import (
     check_latent_cache_bytes,
     check_linear_recurrence,
     check_gated_delta_step,
+    check_sink_softmax,
+    check_hybrid_cache_bytes,
+    check_causal_top_k,
 )

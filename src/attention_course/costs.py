@@ -1,0 +1,352 @@
+"""What a model's attention costs per generated token (chapter 17): the memory
+its caches hold for one sequence and the arithmetic of one decoding step.
+
+`hybrid_cache_bytes` counts the KV cache of a stack of full and sliding-window
+layers; `attention_costs(config, seq_len)` reads a `transformers` config
+(duck-typed by `config.model_type`; the package does not import transformers)
+and returns an `AttentionCosts` record, layer by layer.
+
+Symbols: n tokens in the sequence (`seq_len`), the newest one included; H
+query heads, H_kv key-value heads, d_h the size of a head's queries and keys,
+d_v of its values; w a sliding window; b bytes per number
+(`bytes_per_element`: 2 for bfloat16, 4 for float32) and b_s the bytes of a
+linear layer's state (`state_bytes_per_element`).
+
+Layer kinds and what each holds for one sequence (`cache_bytes`):
+
+- "full": softmax attention over every token, a key and a value of H_kv d_h
+  numbers per token: 2 n H_kv d_h b bytes (`kv_cache_bytes`, chapter 9).
+- "sliding": the same over the last w tokens only, min(n, w) tokens. The
+  window is transformers' `sliding_window`: a query reads itself and the
+  w - 1 tokens before it (its mask allows key s for query t when t - w < s <=
+  t). Between two steps transformers' `DynamicSlidingWindowLayer` keeps w - 1
+  tokens (the next query brings the w-th); this module counts the w that the
+  step reads, as it counts n, the newest token's key and value included, for
+  a full layer.
+- "latent": multi-head latent attention (MLA; DeepSeek-V2, V3; Kimi Linear's
+  attention layers, there without RoPE): per token a latent c of d_c numbers
+  (`kv_lora_rank`) and one RoPE key of d_R (`qk_rope_head_dim`) shared by the
+  heads: n (d_c + d_R) b bytes (`latent_cache_bytes`, chapter 15), which is
+  what transformers caches.
+- "sparse latent": DeepSeek Sparse Attention (DSA, DeepSeek-V3.2): MLA whose
+  query reads only the k = min(`index_topk`, n) keys that a lightning indexer
+  picks. Its cache is MLA's plus the indexer's key of d_I (`index_head_dim`)
+  numbers per token: n (d_c + d_R + d_I) b bytes. (The indexer keys are
+  counted at b bytes, as transformers holds them; serving engines such as
+  LightLLM keep them in FP8 with float32 scales per block.)
+- "linear": a gated delta rule layer (Qwen3-Next's Gated DeltaNet, Kimi
+  Linear's KDA) of H_s heads, each with a state of d_k x d_v numbers, plus the
+  window of its short causal convolution over q, k and v: K inputs of C
+  channels (K = `linear_conv_kernel_dim`; C = 2 H_k d_k + H_s d_v for
+  Qwen3-Next, whose H_k = `linear_num_key_heads` query-key heads serve H_s =
+  `linear_num_value_heads` value heads; C = 3 H_s d for Kimi Linear, d_k = d_v
+  = d = `linear_head_dim`): H_s d_k d_v b_s + K C b bytes, whatever n. These
+  are the shapes transformers allocates (its state in float32, the window in
+  the model's dtype; chapter 16). The next step reads K - 1 of the K inputs.
+
+Which layer is which, read from the config as transformers' modeling code
+reads it:
+
+- "llama": every layer full (its config has no `layer_types`).
+- "qwen3", "gemma3_text", "gpt_oss": `config.layer_types`, with
+  `sliding_window` for the sliding layers. Qwen3's config derives it: layer i
+  slides when `use_sliding_window` is true and i >= `max_window_layers` (its
+  `sliding_window` is None otherwise; the released Qwen3 checkpoints do not
+  slide). Gemma 3: five sliding layers, then a full one; gpt-oss: sliding and
+  full alternately, sliding first, w = 128.
+- "deepseek_v3": every layer MLA ("latent"); the multi-token-prediction
+  module, used for speculative decoding, is not counted.
+- "deepseek_v32": every layer DSA ("sparse latent").
+- "qwen3_next": `layer_types` "linear_attention" (Gated DeltaNet) and
+  "full_attention" (gated softmax attention with GQA: "full").
+- "kimi_linear": "linear_attention" (KDA) and "full_attention", which is MLA
+  without RoPE: "latent".
+
+Arithmetic (`flops_per_token`): the attention core of ONE new token reading a
+context of n tokens (its own included), in every layer: 2 FLOPs per
+multiply-add, projections excluded (W_Q, W_K, W_V, W_O, MLA's down and up
+projections, the indexer's W_Q and weights, the gates). Not counted either: the
+softmax (max, exp, sum, division), the 1/sqrt(d) scale, masks, gpt-oss's sink
+logit, normalisations, the indexer's ReLU and its top-k selection:
+elementwise work that FLOP counts of matrix products leave out. Per layer:
+
+- "full": scores q . k over n keys, 2 n H d_h, and the weighted sum of values,
+  2 n H d_v: 2 n H (d_h + d_v). Query heads count, not KV heads: grouped
+  queries share keys, not arithmetic.
+- "sliding": the same with min(n, w) keys.
+- "latent", `mla_path="absorbed"` (the default; DeepSeek-V2's decoding): W_UK
+  folded into each head's query and W_UV applied after the weighted sum, so a
+  head's keys are the latents with the shared RoPE key, (c, k_R), and its
+  values the latents: scores 2 n H (d_c + d_R), weighted sum 2 n H d_c. The
+  two absorption products themselves, q_h^T W_UK^(h) and W_UV^(h) applied to
+  the weighted latent, are NOT included: like projections they cost a
+  constant per token, 2 H d_c (d_h + d_v) (as much as expanding one token's
+  latent), and a deployment can fold them into W_Q and W_O.
+- "latent", `mla_path="expanded"`: what transformers runs (explicit MLA from a
+  latent cache): every cached latent expanded into H keys and values at every
+  step, 2 n d_c H (d_h + d_v), then attention with keys of d_h + d_R and
+  values of d_v, 2 n H (d_h + d_R + d_v).
+- "sparse latent": the indexer scores all n keys with H_I heads
+  (`index_n_heads`) of d_I numbers, 2 n H_I d_I, and sums the heads' ReLU'd
+  scores with per-head weights, 2 n H_I; then MLA (either path) over
+  k = min(index_topk, n) keys. transformers' eager code runs dense MLA over
+  all n keys with a mask instead; the sparse count is what DSA needs.
+- "linear": a constant, per head (the state S, d_k x d_v; transformers'
+  `torch_recurrent_gated_delta_rule`, `recurrent_kimi_delta_attention`):
+  decay S <- gamma S, d_k d_v multiplications (gamma one number per head for
+  Gated DeltaNet, one per key channel for KDA); state read S^T k, 2 d_k d_v;
+  delta correction delta = beta (v - S^T k), 2 d_v; state update
+  S <- S + k delta^T, 2 d_k d_v; output read S^T q, 2 d_k d_v. In all
+  H_s (7 d_k d_v + 2 d_v). Not counted: the L2 normalisation of q and k, q's
+  1/sqrt(d_k), exp of the gates, the output norm and gate, and the short
+  convolution (2 K C per token, a per-token constant like the projections).
+
+Sources: the configs and modeling files of transformers 5 (DeepseekV3,
+DeepseekV32, Qwen3Next, KimiLinear, GptOss, Gemma3, Qwen3, Llama);
+DeepSeek-AI, "DeepSeek-V2" (2024, MLA and its absorbed form) and
+"DeepSeek-V3.2-Exp" (2025, DSA's lightning indexer); Yang, Kautz and
+Hatamizadeh, "Gated Delta Networks" (ICLR 2025); Kimi Team, "Kimi Linear"
+(2025); OpenAI, "gpt-oss-120b & gpt-oss-20b model card" (2025); Gemma Team,
+"Gemma 3 technical report" (2025); Kaplan et al., "Scaling laws for neural
+language models" (2020), for 2 FLOPs per multiply-add and the attention term.
+"""
+
+import dataclasses
+
+from ._shapes import require_int, type_name
+from .latent import latent_cache_bytes
+from .multihead import kv_cache_bytes
+
+LAYER_KINDS = ("full", "sliding", "latent", "sparse latent", "linear")
+MLA_PATHS = ("absorbed", "expanded")
+# transformers' names of attention layers in `config.layer_types`
+HYBRID_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
+SUPPORTED_MODEL_TYPES = ("llama", "qwen3", "gemma3_text", "gpt_oss",
+                         "deepseek_v3", "deepseek_v32", "qwen3_next",
+                         "kimi_linear")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionCosts:
+    """attention_costs' answer for one sequence of `seq_len` tokens: per layer
+    its kind (LAYER_KINDS), cache bytes and FLOPs of one decoding step; and
+    their sums, `cache_bytes` and `flops_per_token`."""
+
+    model_type: str
+    seq_len: int
+    layer_kinds: tuple
+    layer_cache_bytes: tuple
+    layer_flops: tuple
+    cache_bytes: int = dataclasses.field(init=False)
+    flops_per_token: int = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "cache_bytes", sum(self.layer_cache_bytes))
+        object.__setattr__(self, "flops_per_token", sum(self.layer_flops))
+
+
+def hybrid_cache_bytes(*, layer_types, seq_len, window, num_kv_heads, head_dim,
+                       batch_size=1, bytes_per_element=2):
+    """Bytes of the KV caches of a stack of layers named as transformers'
+    `config.layer_types` ("full_attention", "sliding_attention"): a full layer
+    holds seq_len tokens, a sliding one min(seq_len, window); each token a key
+    and a value of num_kv_heads * head_dim numbers. window may be None when no
+    layer slides."""
+    kinds = _hybrid_kinds(layer_types)
+    sizes = {"seq_len": seq_len, "num_kv_heads": num_kv_heads,
+             "head_dim": head_dim, "batch_size": batch_size,
+             "bytes_per_element": bytes_per_element}
+    for name, value in sizes.items():
+        require_int(name, value, 1,
+                    message=f"{name} must be a positive integer, got {value!r}")
+    if window is None and "sliding" in kinds:
+        raise ValueError("window must be a positive integer when layer_types "
+                         "has sliding layers, got None")
+    if window is not None:
+        require_int("window", window, 1,
+                    message=f"window must be a positive integer, got {window!r}")
+    tokens = sum(seq_len if kind == "full" else min(seq_len, window)
+                 for kind in kinds)
+    return kv_cache_bytes(batch_size=batch_size, seq_len=1, num_layers=1,
+                          num_kv_heads=num_kv_heads, head_dim=head_dim,
+                          bytes_per_element=bytes_per_element) * tokens
+
+
+def attention_costs(config, seq_len, *, bytes_per_element=2,
+                    state_bytes_per_element=4, mla_path="absorbed"):
+    """AttentionCosts of the model a transformers `config` describes, for one
+    sequence of seq_len tokens: each layer's kind, the bytes its cache holds
+    (b = bytes_per_element; b_s = state_bytes_per_element for linear layers'
+    states) and the FLOPs of one new token's attention (MLA on `mla_path`,
+    "absorbed" or "expanded"). Every term and convention: the module's
+    docstring, `help(attention_course.costs)`."""
+    model_type = _model_type(config)
+    for name, value in (("seq_len", seq_len),
+                        ("bytes_per_element", bytes_per_element),
+                        ("state_bytes_per_element", state_bytes_per_element)):
+        require_int(name, value, 1,
+                    message=f"{name} must be a positive integer, got {value!r}")
+    if not isinstance(mla_path, str):
+        raise TypeError(f"mla_path must be a str, got {type_name(mla_path)}")
+    if mla_path not in MLA_PATHS:
+        raise ValueError(f"mla_path must be one of {MLA_PATHS}, "
+                         f"got {mla_path!r}")
+    sizes = dict(seq_len=seq_len, b=bytes_per_element,
+                 b_state=state_bytes_per_element, mla_path=mla_path)
+    kinds = _layer_kinds(config, model_type)
+    costs = [_LAYER_COSTS[kind](config, **sizes) for kind in kinds]
+    return AttentionCosts(model_type, seq_len, tuple(kinds),
+                          tuple(cost[0] for cost in costs),
+                          tuple(cost[1] for cost in costs))
+
+
+# ------------------------------------------------------------ reading configs
+
+
+def _model_type(config):
+    model_type = getattr(config, "model_type", None)
+    if not isinstance(model_type, str):
+        raise TypeError("config must be a transformers config (an object "
+                        f"with a model_type), got {type_name(config)}")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"config.model_type {model_type!r} is not supported: "
+                         f"supported are {SUPPORTED_MODEL_TYPES}")
+    return model_type
+
+
+def _size(config, name):
+    """config.<name>, a positive integer."""
+    value = getattr(config, name, None)
+    require_int(f"config.{name}", value, 1)
+    return value
+
+
+def _hybrid_kinds(layer_types, name="layer_types"):
+    """transformers' full/sliding layer names -> "full"/"sliding"."""
+    if isinstance(layer_types, str) or not isinstance(layer_types,
+                                                      (list, tuple)):
+        raise TypeError(f"{name} must be a list or tuple of layer names, got "
+                        f"{type_name(layer_types)}")
+    if not layer_types:
+        raise ValueError(f"{name} must name at least one layer, got []")
+    for layer_type in layer_types:
+        if not isinstance(layer_type, str):
+            raise TypeError(f"{name} must hold str names, got "
+                            f"{type_name(layer_type)}")
+        if layer_type not in HYBRID_LAYER_TYPES:
+            raise ValueError(f"{name}: unknown layer type {layer_type!r}, "
+                             f"allowed: {tuple(HYBRID_LAYER_TYPES)}")
+    return [HYBRID_LAYER_TYPES[layer_type] for layer_type in layer_types]
+
+
+# config.layer_types of the linear hybrids -> the kinds of this module
+_HYBRIDS = {"qwen3_next": {"linear_attention": "linear",
+                           "full_attention": "full"},
+            "kimi_linear": {"linear_attention": "linear",
+                            "full_attention": "latent"}}
+
+
+def _layer_kinds(config, model_type):
+    layers = _size(config, "num_hidden_layers")
+    if model_type == "deepseek_v3":
+        return ["latent"] * layers
+    if model_type == "deepseek_v32":
+        return ["sparse latent"] * layers
+    layer_types = getattr(config, "layer_types", None)
+    if model_type in _HYBRIDS:
+        names = _HYBRIDS[model_type]
+        if not isinstance(layer_types, (list, tuple)) or any(
+                name not in names for name in layer_types):
+            raise ValueError(f"config.layer_types must list "
+                             f"{tuple(names)} for {model_type}, "
+                             f"got {layer_types!r}")
+        return [names[name] for name in layer_types]
+    if layer_types is None:                 # Llama: every layer is full
+        return ["full"] * layers
+    return _hybrid_kinds(layer_types, "config.layer_types")
+
+
+# ------------------------------------------------------- one layer's costs
+
+
+def _head_dim(config):
+    if getattr(config, "head_dim", None) is None:       # older Llama configs
+        return _size(config, "hidden_size") // _size(config,
+                                                     "num_attention_heads")
+    return _size(config, "head_dim")
+
+
+def _softmax_layer(config, keys, b):
+    """(bytes, FLOPs) of a GQA layer holding and reading `keys` tokens."""
+    heads, head_dim = _size(config, "num_attention_heads"), _head_dim(config)
+    cache = kv_cache_bytes(batch_size=1, seq_len=keys, num_layers=1,
+                           num_kv_heads=_size(config, "num_key_value_heads"),
+                           head_dim=head_dim, bytes_per_element=b)
+    return cache, 2 * keys * heads * (head_dim + head_dim)
+
+
+def _full(config, *, seq_len, b, **_):
+    return _softmax_layer(config, seq_len, b)
+
+
+def _sliding(config, *, seq_len, b, **_):
+    window = getattr(config, "sliding_window", None)
+    require_int("config.sliding_window", window, 1)
+    return _softmax_layer(config, min(seq_len, window), b)
+
+
+def _mla_flops(config, keys, mla_path):
+    """FLOPs of one MLA query reading `keys` latents, on `mla_path`."""
+    heads = _size(config, "num_attention_heads")
+    d_c, d_r = _size(config, "kv_lora_rank"), _size(config, "qk_rope_head_dim")
+    if mla_path == "absorbed":
+        return 2 * keys * heads * ((d_c + d_r) + d_c)
+    d_h, d_v = _size(config, "qk_nope_head_dim"), _size(config, "v_head_dim")
+    expand = 2 * keys * d_c * heads * (d_h + d_v)
+    return expand + 2 * keys * heads * ((d_h + d_r) + d_v)
+
+
+def _latent(config, *, seq_len, b, mla_path, **_):
+    cache = latent_cache_bytes(batch_size=1, seq_len=seq_len, num_layers=1,
+                               kv_rank=_size(config, "kv_lora_rank"),
+                               rope_dim=_size(config, "qk_rope_head_dim"),
+                               bytes_per_element=b)
+    return cache, _mla_flops(config, seq_len, mla_path)
+
+
+def _sparse_latent(config, *, seq_len, b, mla_path, **_):
+    latent_bytes, _ = _latent(config, seq_len=seq_len, b=b, mla_path=mla_path)
+    index_heads = _size(config, "index_n_heads")
+    index_dim = _size(config, "index_head_dim")
+    indexer = 2 * seq_len * index_heads * index_dim + 2 * seq_len * index_heads
+    selected = min(_size(config, "index_topk"), seq_len)
+    return (latent_bytes + seq_len * index_dim * b,
+            indexer + _mla_flops(config, selected, mla_path))
+
+
+def _linear_shapes(config):
+    """(heads, d_k, d_v, convolution channels) of a linear layer."""
+    if config.model_type == "kimi_linear":
+        heads, dim = _size(config, "linear_num_heads"), _size(
+            config, "linear_head_dim")
+        return heads, dim, dim, 3 * heads * dim
+    heads = _size(config, "linear_num_value_heads")
+    d_k = _size(config, "linear_key_head_dim")
+    d_v = _size(config, "linear_value_head_dim")
+    channels = 2 * _size(config, "linear_num_key_heads") * d_k + heads * d_v
+    return heads, d_k, d_v, channels
+
+
+def _linear(config, *, b, b_state, **_):
+    heads, d_k, d_v, channels = _linear_shapes(config)
+    window = _size(config, "linear_conv_kernel_dim") * channels
+    per_head = (d_k * d_v            # decay: S <- gamma S
+                + 2 * d_k * d_v      # state read: S^T k
+                + 2 * d_v            # delta correction: beta (v - S^T k)
+                + 2 * d_k * d_v      # state update: S + k delta^T
+                + 2 * d_k * d_v)     # output read: S^T q
+    return heads * d_k * d_v * b_state + window * b, heads * per_head
+
+
+_LAYER_COSTS = {"full": _full, "sliding": _sliding, "latent": _latent,
+                "sparse latent": _sparse_latent, "linear": _linear}
