@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attention_course import (LatentCache, MultiHeadLatentAttention, data, latent_cache_bytes)
-from rotary_reference import rotation_matrix
+from mla_reference import mla_by_loops
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -139,35 +139,6 @@ def test_parameters_equal_deepseek_v3_attention_at_the_published_shape():
 
 
 # ------------------------------------------------------------------ the formulas, by loops
-
-
-def rms_norm(x, gain, eps=1e-6):
-    return gain * x / math.sqrt(float((x * x).mean()) + eps)
-
-
-def mla_by_loops(layer, x):
-    """Causal MLA of one sequence x (n, d), query by query and head by head, from the paper's
-    formulas, with RoPE as an explicit rotation matrix per position (pairs i, i + d_R / 2)."""
-    H, d_h, d_R, d_v = layer.num_heads, layer.head_dim, layer.rope_dim, layer.value_dim
-    W = {name: p.detach().double() for name, p in layer.state_dict().items()}
-    n = len(x)
-    latent = [rms_norm(W["kv_down.weight"] @ x[j], W["kv_norm.weight"]) for j in range(n)]
-    rope_key = [rotation_matrix(j, d_R) @ (W["k_rope.weight"] @ x[j]) for j in range(n)]
-    outputs = []
-    for t in range(n):
-        c_q = rms_norm(W["q_down.weight"] @ x[t], W["q_norm.weight"])
-        heads = []
-        for i in range(H):
-            q_c = W["q_up.weight"][i * d_h:(i + 1) * d_h] @ c_q
-            q_r = rotation_matrix(t, d_R) @ (W["q_rope.weight"][i * d_R:(i + 1) * d_R] @ c_q)
-            w_uk = W["k_up.weight"][i * d_h:(i + 1) * d_h]
-            w_uv = W["v_up.weight"][i * d_v:(i + 1) * d_v]
-            scores = torch.stack([(q_c @ (w_uk @ latent[j]) + q_r @ rope_key[j])
-                                  / math.sqrt(d_h + d_R) for j in range(t + 1)])
-            weights = torch.softmax(scores, dim=0)
-            heads.append(sum(weights[j] * (w_uv @ latent[j]) for j in range(t + 1)))
-        outputs.append(W["out_proj.weight"] @ torch.cat(heads))
-    return torch.stack(outputs)
 
 
 @pytest.mark.parametrize("absorb", [False, True], ids=["explicit", "absorbed"])

@@ -15,6 +15,7 @@ import torch
 
 from attention_course import (DeepSeekSparseAttention, LatentCache, LightningIndexer,
                               MultiHeadLatentAttention, top_k_mask)
+from mla_reference import mla_by_loops
 from rotary_reference import rotation_matrix
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -397,39 +398,6 @@ def test_top_k_mask_refuses_bad_input():
 # ---------------------------------------------------------------- MLA's attn_mask
 
 
-def masked_mla_by_loops(layer, x, allowed):
-    """MLA of one sequence x (n, d), query by query and head by head, from the paper's
-    formulas; query t of head i reads key j when j <= t and allowed[i, t, j] (no key: 0)."""
-    H, d_h, d_R, d_v = layer.num_heads, layer.head_dim, layer.rope_dim, layer.value_dim
-    W = {name: p.detach().double() for name, p in layer.state_dict().items()}
-
-    def rms(v, gain):
-        return gain * v / math.sqrt(float((v * v).mean()) + 1e-6)
-
-    n = len(x)
-    latent = [rms(W["kv_down.weight"] @ x[j], W["kv_norm.weight"]) for j in range(n)]
-    rope_key = [rotation_matrix(j, d_R) @ (W["k_rope.weight"] @ x[j]) for j in range(n)]
-    outputs = []
-    for t in range(n):
-        c_q = rms(W["q_down.weight"] @ x[t], W["q_norm.weight"])
-        heads = []
-        for i in range(H):
-            q_c = W["q_up.weight"][i * d_h:(i + 1) * d_h] @ c_q
-            q_r = rotation_matrix(t, d_R) @ (W["q_rope.weight"][i * d_R:(i + 1) * d_R] @ c_q)
-            w_uk = W["k_up.weight"][i * d_h:(i + 1) * d_h]
-            w_uv = W["v_up.weight"][i * d_v:(i + 1) * d_v]
-            keys = [j for j in range(t + 1) if allowed[i, t, j]]
-            head = torch.zeros(d_v, dtype=torch.float64)
-            if keys:
-                scores = torch.stack([(q_c @ (w_uk @ latent[j]) + q_r @ rope_key[j])
-                                      / math.sqrt(d_h + d_R) for j in keys])
-                weights = torch.softmax(scores, dim=0)
-                head = sum(weights[a] * (w_uv @ latent[j]) for a, j in enumerate(keys))
-            heads.append(head)
-        outputs.append(W["out_proj.weight"] @ torch.cat(heads))
-    return torch.stack(outputs)
-
-
 def small_mla(seed=0):
     torch.manual_seed(seed)
     return MultiHeadLatentAttention(12, 3, kv_rank=5, q_rank=7, head_dim=4, rope_dim=6,
@@ -463,7 +431,7 @@ def test_a_random_attn_mask_on_both_paths_equals_the_loops(seed):
     assert (weights[0, 1, 3] == 0).all()
     for sequence in range(2):
         torch.testing.assert_close(explicit[sequence],
-                                   masked_mla_by_loops(layer, x[sequence], allowed[sequence]),
+                                   mla_by_loops(layer, x[sequence], allowed[sequence]),
                                    rtol=0, atol=1e-12)
 
 

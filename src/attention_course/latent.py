@@ -362,13 +362,19 @@ def _deepseek_weights(state_dict, num_heads):
     if biases:
         raise ValueError(f"state_dict holds biases {biases}: the layer has none "
                          "(attention_bias=True is not supported)")
+    return _state_tensors(state_dict, _DEEPSEEK_NAMES + query_names, "layernorm")
+
+
+def _state_tensors(state_dict, names, norm_marker):
+    """The tensors of state_dict under `names`, checked: floating, of rank 1 for a norm's
+    weight (a name that contains norm_marker) and 2 for a projection's, all in one dtype."""
     weights = {}
-    for name in _DEEPSEEK_NAMES + query_names:
+    for name in names:
         tensor = state_dict[name]
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"state_dict[{name!r}] must be a torch.Tensor, got "
                             f"{type_name(tensor)}")
-        require_float(f"state_dict[{name!r}]", tensor, 1 if "layernorm" in name else 2)
+        require_float(f"state_dict[{name!r}]", tensor, 1 if norm_marker in name else 2)
         weights[name] = tensor
     dtypes = {tensor.dtype for tensor in weights.values()}
     if len(dtypes) > 1:

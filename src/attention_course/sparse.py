@@ -83,10 +83,9 @@ from ._shapes import (
     require_int,
     require_number,
     shape_of,
-    type_name,
 )
 from .decoding import decoding_mask
-from .latent import MultiHeadLatentAttention
+from .latent import MultiHeadLatentAttention, _state_tensors
 from .masking import HALF_PRECISION
 from .multihead import _check_sequence
 from .rotary import _check_positions, _rotate
@@ -317,16 +316,4 @@ def _checked_weights(state_dict, names, owner):
     extra = sorted(str(name) for name in state_dict if name not in names)
     if extra:
         raise ValueError(f"state_dict holds {extra}, which one {owner} does not have")
-    weights = {}
-    for name in names:
-        tensor = state_dict[name]
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"state_dict[{name!r}] must be a torch.Tensor, got "
-                            f"{type_name(tensor)}")
-        require_float(f"state_dict[{name!r}]", tensor, 1 if "norm" in name else 2)
-        weights[name] = tensor
-    dtypes = {tensor.dtype for tensor in weights.values()}
-    if len(dtypes) > 1:
-        raise ValueError(f"state_dict holds several dtypes {sorted(map(str, dtypes))}: "
-                         "convert its tensors to one")
-    return weights
+    return _state_tensors(state_dict, names, "norm")
