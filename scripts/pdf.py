@@ -218,7 +218,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def _served(folder):
+def served(folder):
+    """`folder` served on 127.0.0.1 at a free port, quietly; yields its base URL (the tests'
+    browser serves the site with it too)."""
     server = http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -543,7 +545,7 @@ def write_pdfs(site, editions=tuple(EDITIONS), source=ROOT):
     (site / "pdf").mkdir(exist_ok=True)
 
     def print_editions():
-        with _served(site) as base, sync_playwright() as playwright:
+        with served(site) as base, sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=executable,
                                                  args=CHROMIUM_FLAGS)
             written = [write_edition(browser, base, site, edition, source)

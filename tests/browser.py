@@ -5,17 +5,18 @@ browser tests say plainly that they did not run (and fail on CI).
 """
 
 import contextlib
-import functools
-import http.server
 import os
 import pathlib
 import shutil
 import subprocess
-import threading
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from pdf import served  # noqa: E402,F401  (the site's server, shared with the PDF printer)
+
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
@@ -52,24 +53,6 @@ def launched():
             yield browser
         finally:
             browser.close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@contextlib.contextmanager
-def served(folder):
-    """`folder` served on 127.0.0.1 at a free port; yields its base URL."""
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
 
 
 def open_page(browser, url, width, height):
