@@ -35,6 +35,7 @@ from attention_course import (
     latent,
     linear,
     masking,
+    measure,
     multihead,
     plotting,
     pooling,
@@ -521,20 +522,36 @@ REGISTRY = {
         lambda: (lambda **a: list(tiled.tile_schedule(**a)),
                  dict(n_queries=5, n_keys=7, block_size=2, is_causal=True)),
         {"n_queries": COUNT_OR_ZERO, "n_keys": COUNT_OR_ZERO, "block_size": COUNT}),
-    "attention_course.tiled.largest_tensor": Case(
-        lambda: (tiled.largest_tensor, dict(function=torch.ones, args=(2, 3), kwargs={})),
+    "attention_course.measure.largest_tensor": Case(
+        lambda: (measure.largest_tensor, dict(function=torch.ones, args=(2, 3), kwargs={})),
         {"function": CALLABLE},
         {"args": "passed on to `function`", "kwargs": "passed on to `function`"}),
-    "attention_course.tiled.peak_extra_memory": Case(
-        lambda: (tiled.peak_extra_memory,
+    "attention_course.measure.peak_extra_memory": Case(
+        lambda: (measure.peak_extra_memory,
                  dict(implementation="tiled", lengths=[64], head_dim=8, block_size=16)),
         {"implementation": NAME, "lengths": LENGTH_LIST, "head_dim": COUNT,
          "block_size": COUNT},
-        run_valid=False),  # a new process each call: test_tiled measures
-    "attention_course.tiled.resident_bytes": Case(
-        lambda: (tiled.resident_bytes, dict(peak=True)), {}),
-    "attention_course.tiled.reset_peak_resident_bytes": Case(
-        lambda: (tiled.reset_peak_resident_bytes, {}), {}),
+        run_valid=False),  # a new process each call: test_measure measures
+    "attention_course.measure.best_seconds": Case(
+        lambda: (measure.best_seconds, dict(function=torch.ones, args=(2,), repeats=2,
+                                            kwargs={})),
+        {"function": CALLABLE, "repeats": COUNT},
+        {"args": "passed on to `function`", "kwargs": "passed on to `function`"}),
+    "attention_course.measure.count_multiply_adds": Case(
+        lambda: (measure.count_multiply_adds, dict(function=torch.ones, args=(2, 3), kwargs={})),
+        {"function": CALLABLE},
+        {"args": "passed on to `function`", "kwargs": "passed on to `function`"}),
+    "attention_course.measure.one_thread": Case(lambda: (measure.one_thread, {}), {}),
+    "attention_course.measure.peak_extra_bytes": Case(
+        lambda: (measure.peak_extra_bytes, dict(target="attention_course.measure:_attention_cases",
+                                                args=("tiled", 8, [[16, 4]]))),
+        {"target": NAME},
+        {"arguments": "passed on to `target` in the new process"},
+        run_valid=False),  # a new process each call: test_measure measures
+    "attention_course.measure.resident_bytes": Case(
+        lambda: (measure.resident_bytes, dict(peak=True)), {}),
+    "attention_course.measure.reset_peak_resident_bytes": Case(
+        lambda: (measure.reset_peak_resident_bytes, {}), {}),
     # pooling
     **{f"attention_course.pooling.{name}": Case(
         lambda name=name: (getattr(pooling, name), dict(u=randn(3, 4))), {"u": ANY_FLOAT})

@@ -1,5 +1,4 @@
-"""flash_attention, tile_schedule, largest_tensor and peak_extra_memory
-against independent references: PyTorch's scaled_dot_product_attention and
+"""flash_attention and tile_schedule against independent references: PyTorch's scaled_dot_product_attention and
 logsumexp, a float64 brute force over every query and key in plain Python,
 the causal mask entry by entry, and the memory a formula predicts."""
 
@@ -9,13 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention_course.tiled import (
-    flash_attention,
-    largest_tensor,
-    naive_attention,
-    peak_extra_memory,
-    tile_schedule,
-)
+from attention_course.tiled import flash_attention, naive_attention, tile_schedule
 
 
 def random(*shape, seed=0, dtype=torch.float64):
@@ -194,46 +187,6 @@ def test_keeping_the_masked_tiles_changes_the_work_not_the_output():
         assert (output - expected).abs().max() < 1e-12
 
 
-# memory -----------------------------------------------------------------------
-
-
-def test_no_tensor_as_large_as_the_score_matrix():
-    query, key, value = qkv((1, 2), 512, 600, dim=32, value_dim=32)
-    _, (numel, shape, _) = largest_tensor(
-        flash_attention, query, key, value, block_size=64
-    )
-    assert numel == 2 * 512 * 32, shape  # the output itself
-    _, (numel, shape, operation) = largest_tensor(
-        naive_attention, query, key, value
-    )
-    assert numel == 2 * 512 * 600 and "bmm" in operation
-
-
-def test_largest_tensor_sees_fused_kernels():
-    query = random(1, 1, 300, 16)
-    _, (numel, _, operation) = largest_tensor(
-        F.scaled_dot_product_attention, query, query, query
-    )
-    assert numel == 300 * 16 and "scaled_dot_product" in operation
-
-
-def test_the_peak_is_reset_between_lengths():
-    """Measured large first, the small case must not inherit its peak."""
-    large, small = peak_extra_memory("naive", [2048, 512])
-    assert large > 30 * 2**20
-    assert 0.9 * 2 * 512 * 512 * 4 < small < 1.2 * 2 * 512 * 512 * 4
-
-
-def test_measured_memory_matches_the_formulas():
-    """Naive holds two float32 (L, L) matrices; tiled about the output."""
-    length = 2048
-    naive = peak_extra_memory("naive", [length])[0]
-    tiled = peak_extra_memory("tiled", [length])[0]
-    score_matrices = 2 * length * length * 4
-    assert 0.95 * score_matrices < naive < 1.1 * score_matrices
-    assert tiled < score_matrices / 20
-
-
 # bad input --------------------------------------------------------------------
 
 
@@ -262,13 +215,6 @@ def test_bad_shapes_raise_naming_them():
         flash_attention(query, key[:, :0], value[:, :0])
     with pytest.raises(ValueError, match="must share a dtype"):
         flash_attention(query.float(), key, value)
-
-
-def test_bad_measurements_raise():
-    with pytest.raises(ValueError, match="implementation must be one of"):
-        peak_extra_memory("flash", [128])
-    with pytest.raises(ValueError, match="lengths must each be at least 1, got 0"):
-        peak_extra_memory("tiled", [0])
 
 
 def test_a_head_size_of_zero_and_integer_inputs_raise():

@@ -1,15 +1,10 @@
 """Tiled attention with the online softmax: FlashAttention's forward pass in
-PyTorch (chapter 12), and a peak-memory measurement in a fresh process."""
+PyTorch (chapter 12), beside the naive three lines it must equal."""
 
 import itertools
 import math
-import os
-import subprocess
-import sys
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from ._shapes import require_int, shape_of, type_name
 from .attention import _check_qkv, _check_scale
@@ -120,51 +115,6 @@ def _attend_query_block(q_block, key, value, row_tiles, batch):
             running_max + torch.log(running_sum))
 
 
-class _LargestTensor(TorchDispatchMode):
-    """Remembers the largest tensor any PyTorch operation returns."""
-
-    def __init__(self):
-        super().__init__()
-        self.numel, self.shape, self.operation = 0, None, None
-
-    def __torch_dispatch__(self, operation, types, args=(), kwargs=None):
-        result = operation(*args, **(kwargs or {}))
-        for tensor in tree_flatten(result)[0]:
-            if isinstance(tensor, torch.Tensor) and tensor.numel() > self.numel:
-                self.numel, self.shape = tensor.numel(), tuple(tensor.shape)
-                self.operation = str(operation).removesuffix(".default")
-        return result
-
-
-def largest_tensor(function, *args, **kwargs):
-    """The largest tensor that any PyTorch operation creates in a call.
-
-    Runs function(*args, **kwargs) and returns (its result, (numel, shape,
-    operation)): the number of elements and shape of the largest tensor an
-    operation returned, output included, and the operation's name. PyTorch
-    reports every operation to a dispatch mode, fused kernels included.
-    """
-    if not callable(function):
-        raise TypeError(f"function must be callable, got {type_name(function)}")
-    with _LargestTensor() as largest:
-        result = function(*args, **kwargs)
-    return result, (largest.numel, largest.shape, largest.operation)
-
-
-def resident_bytes(peak=False):
-    """This process's resident memory (Linux): now, or its peak."""
-    field = "VmHWM" if peak else "VmRSS"
-    with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith(field))
-    return int(line.split()[1]) * 1024
-
-
-def reset_peak_resident_bytes():
-    """Restart this process's peak resident memory from now (Linux)."""
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")       # Linux: the peak (VmHWM) restarts from now
-
-
 def naive_attention(query, key, value, is_causal=False):
     """softmax(Q K^T / sqrt(E)) V as three plain lines: holds (..., L, S)."""
     _check_qkv(query, key, value)
@@ -175,86 +125,3 @@ def naive_attention(query, key, value, is_causal=False):
                              device=scores.device).triu_(1)
         scores = scores.masked_fill(blocked, -math.inf)
     return torch.softmax(scores, dim=-1) @ value
-
-
-IMPLEMENTATIONS = ("naive", "tiled", "sdpa")
-
-_MEASURE = """
-import sys, torch
-from attention_course import tiled
-name, head_dim = sys.argv[1], int(sys.argv[2])
-cases = [tuple(map(int, case.split(":"))) for case in sys.argv[3:]]
-torch.set_num_threads(1)
-generator = torch.Generator().manual_seed(0)
-
-
-def run(q, k, v, block_size):
-    if name == "naive":
-        return tiled.naive_attention(q, k, v)
-    if name == "tiled":
-        return tiled.flash_attention(q, k, v, block_size=block_size)
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
-
-
-with torch.no_grad():
-    for length, block_size in cases:
-        # a first call at this size makes one-off allocations: not measured
-        run(*torch.randn(3, 1, 1, length, head_dim), block_size)
-        q, k, v = torch.randn(3, 1, 1, length, head_dim, generator=generator)
-        before = tiled.resident_bytes()
-        tiled.reset_peak_resident_bytes()
-        output = run(q, k, v, block_size)
-        print(tiled.resident_bytes(peak=True) - before)
-        del q, k, v, output
-"""
-
-
-def peak_extra_memory(implementation, lengths, head_dim=64, block_size=128):
-    """Peak extra resident bytes of attention calls, measured in a new process.
-
-    implementation: "naive" (naive_attention), "tiled" (flash_attention) or
-    "sdpa" (torch.nn.functional.scaled_dot_product_attention). lengths: the
-    sequence lengths L, one call each on float32 (1, 1, L, head_dim) inputs,
-    one thread, each after a warm-up call of the same size (whose one-off
-    allocations are not counted). block_size: the tiled version's, one
-    for all lengths or a list with one per length. Returns a list of ints,
-    one per length: the peak resident memory during the call (Linux's VmHWM)
-    minus the memory before it, so the output and everything the call
-    allocates, PyTorch's tensors included (the tracemalloc tracer cannot see
-    those). The process's C allocator gives every block of 64 KiB or more
-    back to the system when it is freed, so a large freed tensor cannot be
-    reused unseen; smaller blocks may come from memory freed earlier and go
-    uncounted (a few tiles under 64 KiB, for small block sizes). A result
-    wobbles by a few hundred KiB from run to run.
-    """
-    if not isinstance(implementation, str):
-        raise TypeError(f"implementation must be one of {IMPLEMENTATIONS}, got "
-                        f"{type_name(implementation)}")
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, "
-                         f"got {implementation!r}")
-    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
-        raise TypeError(f"lengths must be a list of sequence lengths, got "
-                        f"{type_name(lengths)}")
-    lengths = list(lengths)
-    for length in lengths:
-        require_int("lengths", length, 1,
-                    message=f"lengths must each be at least 1, got {length}")
-    require_int("head_dim", head_dim, 1)
-    lengths = [int(length) for length in lengths]
-    block_sizes = (list(block_size) if isinstance(block_size, (list, tuple))
-                   else [block_size] * len(lengths))
-    if len(block_sizes) != len(lengths):
-        raise ValueError(f"{len(block_sizes)} block sizes for {len(lengths)} "
-                         "lengths: give one block size, or one per length")
-    for size in block_sizes:
-        _check_block_size(size)
-    environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536",
-                   "OMP_NUM_THREADS": "1"}
-    cases = [f"{length}:{size}" for length, size in zip(lengths, block_sizes)]
-    result = subprocess.run(
-        [sys.executable, "-c", _MEASURE, implementation, str(head_dim),
-         *cases], capture_output=True, text=True, env=environment)
-    if result.returncode != 0:
-        raise RuntimeError(f"the measurement failed:\n{result.stderr}")
-    return [int(line) for line in result.stdout.split()]

@@ -8,9 +8,8 @@ import itertools
 import math
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import decoding, multihead, rotary, tiled
+from .. import decoding, measure, multihead, rotary, tiled
 from .core import (
     CheckFailed,
     NotAnswered,
@@ -929,23 +928,6 @@ def _mistake_hint(got, mistakes, compute, correct, atol):
     return None
 
 
-class _MultiplyAdds(TorchDispatchMode):
-    """Counts the multiply-adds of the matrix products PyTorch runs."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, operation, types, args=(), kwargs=None):
-        result = operation(*args, **(kwargs or {}))
-        products = {torch.ops.aten.mm: 0, torch.ops.aten.bmm: 0,
-                    torch.ops.aten.addmm: 1, torch.ops.aten.baddbmm: 1}
-        first = products.get(operation.overloadpacket)
-        if first is not None:                  # (..., n, k) @ (..., k, m)
-            self.count += result.numel() * args[first].shape[-1]
-        return result
-
-
 def _check_flash_memory(largest, tensors, case, where):
     """No tensor made larger than the inputs, the output and one tile."""
     numel, shape, operation = largest
@@ -1014,7 +996,7 @@ def _flash_forward_case(fn, case, number, seed):
     (q, k, v), grad_output = _flash_inputs(case, seed, number)
     expected = _flash_expected(q, k, v, grad_output, case)
     output, largest = _run(
-        tiled.largest_tensor, (fn.apply if _is_autograd_function(fn) else fn,
+        measure.largest_tensor, (fn.apply if _is_autograd_function(fn) else fn,
                                q, k, v, case.is_causal, case.query_block,
                                case.key_block),
         case.name, forbidden=_FLASH_ANSWERS, learner=fn)
@@ -1059,7 +1041,7 @@ def _flash_backward_case(fn, case, inputs, output, grad_output, expected):
     """Run and check one case's backward pass."""
     try:
         grads, largest = _run(
-            tiled.largest_tensor,
+            measure.largest_tensor,
             (torch.autograd.grad, output, inputs, grad_output), case.name,
             forbidden=_FLASH_ANSWERS, learner=fn)
     except CheckFailed as failure:
@@ -1097,10 +1079,10 @@ def _check_flash_skips(fn):
     (q, k, v), _ = _flash_inputs(case, 0, 99)
     work = {}
     for is_causal in (False, True):
-        with torch.no_grad(), _MultiplyAdds() as counter:
-            _run(fn.apply, (q, k, v, is_causal, 6, 12), case.name,
-                 forbidden=_FLASH_ANSWERS, learner=fn)
-        work[is_causal] = counter.count
+        with torch.no_grad():
+            _, work[is_causal] = measure.count_multiply_adds(
+                _run, fn.apply, (q, k, v, is_causal, 6, 12), case.name,
+                forbidden=_FLASH_ANSWERS, learner=fn)
     if not work[False]:
         return                    # no matrix products to count: not measured
     ratio, needed = work[True] / work[False], _causal_work(case)

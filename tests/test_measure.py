@@ -1,0 +1,101 @@
+"""measure: the one timer and the memory probes, against what a formula predicts:
+the sizes of the tensors an attention call makes, the multiply-adds of a matrix
+product, the bytes of two (L, L) float32 matrices, and a sleeping call's processor time."""
+
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention_course.measure import (
+    best_seconds,
+    count_multiply_adds,
+    largest_tensor,
+    one_thread,
+    peak_extra_memory,
+)
+from attention_course.tiled import flash_attention, naive_attention
+
+
+def random(*shape, seed=0, dtype=torch.float64):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def qkv(batch, length, n_keys, dim=16, value_dim=16):
+    return (random(*batch, length, dim, seed=1), random(*batch, n_keys, dim, seed=2),
+            random(*batch, n_keys, value_dim, seed=3))
+
+
+def test_no_tensor_as_large_as_the_score_matrix():
+    query, key, value = qkv((1, 2), 512, 600, dim=32, value_dim=32)
+    _, (numel, shape, _) = largest_tensor(
+        flash_attention, query, key, value, block_size=64
+    )
+    assert numel == 2 * 512 * 32, shape  # the output itself
+    _, (numel, shape, operation) = largest_tensor(
+        naive_attention, query, key, value
+    )
+    assert numel == 2 * 512 * 600 and "bmm" in operation
+
+
+def test_largest_tensor_sees_fused_kernels():
+    query = random(1, 1, 300, 16)
+    _, (numel, _, operation) = largest_tensor(
+        F.scaled_dot_product_attention, query, query, query
+    )
+    assert numel == 300 * 16 and "scaled_dot_product" in operation
+
+
+def test_the_peak_is_reset_between_lengths():
+    """Measured large first, the small case must not inherit its peak."""
+    large, small = peak_extra_memory("naive", [2048, 512])
+    assert large > 30 * 2**20
+    assert 0.9 * 2 * 512 * 512 * 4 < small < 1.2 * 2 * 512 * 512 * 4
+
+
+def test_measured_memory_matches_the_formulas():
+    """Naive holds two float32 (L, L) matrices; tiled about the output."""
+    length = 2048
+    naive = peak_extra_memory("naive", [length])[0]
+    tiled = peak_extra_memory("tiled", [length])[0]
+    score_matrices = 2 * length * length * 4
+    assert 0.95 * score_matrices < naive < 1.1 * score_matrices
+    assert tiled < score_matrices / 20
+
+
+def test_multiply_adds_of_matrix_products_follow_the_formula():
+    """(n, k) @ (k, m) is n k m multiply-adds; addmm's bias adds none; a batch
+    of b products b times as many; elementwise work none."""
+    a, b = random(5, 7), random(7, 3)
+    _, count = count_multiply_adds(lambda: a @ b)
+    assert count == 5 * 7 * 3
+    _, count = count_multiply_adds(torch.addmm, random(5, 3), a, b)
+    assert count == 5 * 7 * 3
+    _, count = count_multiply_adds(torch.bmm, random(4, 5, 7), random(4, 7, 3))
+    assert count == 4 * 5 * 7 * 3
+    _, count = count_multiply_adds(lambda: (a * 2).exp().sum())
+    assert count == 0
+
+
+def test_best_seconds_counts_processor_time_not_sleep():
+    """Sleeping costs no processor time."""
+    assert best_seconds(time.sleep, 0.05) < 0.02
+
+
+def test_one_thread_restores_the_thread_count():
+    threads = torch.get_num_threads()
+    with one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == threads
+
+
+def test_bad_measurements_raise():
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        peak_extra_memory("flash", [128])
+    with pytest.raises(ValueError, match="lengths must each be at least 1, got 0"):
+        peak_extra_memory("tiled", [0])
+    with pytest.raises(TypeError, match="function must be callable"):
+        best_seconds(3)
+    with pytest.raises(ValueError, match="repeats"):
+        best_seconds(print, repeats=0)
