@@ -42,12 +42,14 @@ whole number).
 from . import (
     attention,
     checks,
+    config,
     costs,
     data,
     decoding,
     latent,
     linear,
     masking,
+    measure,
     multihead,
     plotting,
     pooling,
@@ -61,11 +63,12 @@ from . import (
 )
 from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_attention
 from .costs import AttentionCosts, attention_costs, hybrid_cache_bytes
-from .decoding import KVCache, TinyDecoder, decoding_mask
+from .config import DecoderConfig
+from .decoding import KVCache, TinyDecoder
 from .data import load_mcycle, load_zen_of_python, make_synthetic_regression, split_data, target_function
 from .latent import LatentCache, MultiHeadLatentAttention, latent_cache_bytes
 from .linear import delta_rule, linear_attention
-from .masking import causal_mask, masked_softmax, valid_lens_mask
+from .masking import causal_mask, decoding_mask, masked_softmax, valid_lens_mask
 from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
 from .plotting import plot_attention, plot_attention_schematic, plot_regression
 from .positions import sinusoidal_positional_encoding
@@ -96,6 +99,7 @@ __all__ = [
     "AdditiveAttention",
     "apply_rotary",
     "AttentionCosts",
+    "DecoderConfig",
     "DeepSeekSparseAttention",
     "GroupedQueryAttention",
     "MultiHeadAttention",
@@ -111,6 +115,7 @@ __all__ = [
     "attention_entropy",
     "causal_mask",
     "checks",
+    "config",
     "costs",
     "cosine_scores",
     "data",
@@ -132,6 +137,7 @@ __all__ = [
     "make_synthetic_regression",
     "masked_softmax",
     "masking",
+    "measure",
     "multihead",
     "nadaraya_watson",
     "plot_attention",

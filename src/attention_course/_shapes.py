@@ -1,7 +1,9 @@
-"""Input validation shared by the package: the helpers that keep the contract for bad input,
-NaN and fully masked rows stated in the package's docstring (`help(attention_course)`).
+"""Input validation: the checks every public function and layer makes once, at the door,
+keeping the contract for bad input stated in the package's docstring (`help(attention_course)`).
 
-Checks here cost attribute reads and comparisons of Python values, never a pass over a tensor's
+`require_*` check one argument; `check_*` check the arguments that several layers take alike
+(queries, keys and values; a sequence of embeddings; head counts; positions; a window).
+Checks cost attribute reads and comparisons of Python values, never a pass over a tensor's
 data (except where a range must be checked: ids, lengths), so they can sit on hot paths.
 """
 
@@ -10,6 +12,10 @@ import math
 import numbers
 
 import torch
+
+HALF_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32
+TOKEN_ID_DTYPES = (torch.int64, torch.int32)      # what nn.Embedding reads
+RANKS = tuple(range(2, 8))      # (L, E) to (b1, ..., b5, L, E)
 
 
 def shape_of(tensor):
@@ -180,3 +186,115 @@ def broadcast_shape(*shapes):
             return None
         result.append(distinct.pop() if distinct else 1)
     return tuple(reversed(result))
+
+
+# ---------------------------------------------------------------- arguments several layers take
+
+
+def check_qkv(query, key, value):
+    """query (..., L, E), key (..., S, E), value (..., S, Ev): floats of one dtype, batch
+    dimensions that broadcast, E >= 1."""
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_float(name, tensor, RANKS)
+    require_same_dtype("query", query, "key", key, "value", value)
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query {shape_of(query)} and key {shape_of(key)} must share the "
+                         "feature size E (last dimension)")
+    if query.shape[-1] == 0:
+        raise ValueError(f"query {shape_of(query)} and key {shape_of(key)} have no features "
+                         "(E = 0): the scale 1/sqrt(E) needs E >= 1")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"key {shape_of(key)} and value {shape_of(value)} must have the same "
+                         "number of keys S (second-to-last dimension)")
+    if broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2]) is None:
+        raise ValueError(f"the batch dimensions of query {shape_of(query)}, key {shape_of(key)} "
+                         f"and value {shape_of(value)} do not broadcast")
+
+
+def check_scale(scale, query):
+    """None (-> 1 / sqrt(E), E = query's last dimension) or a finite number -> the scale."""
+    if scale is None:
+        return 1 / math.sqrt(query.shape[-1])
+    require_number("scale", scale)
+    return scale
+
+
+def check_attn_mask(attn_mask, is_causal, scores_shape):
+    """attn_mask None, or bool/float broadcastable to the scores (..., L, S); not both it and
+    is_causal (as in PyTorch)."""
+    if is_causal and attn_mask is not None:
+        raise ValueError("pass either attn_mask or is_causal=True, not both (as in PyTorch)")
+    if attn_mask is None:
+        return
+    require_tensor("attn_mask", attn_mask)
+    if broadcast_shape(attn_mask.shape, scores_shape) != tuple(scores_shape):
+        raise ValueError(f"attn_mask {shape_of(attn_mask)} does not broadcast to the scores "
+                         f"(..., L, S) = {tuple(scores_shape)}")
+    if attn_mask.dtype != torch.bool and not attn_mask.dtype.is_floating_point:
+        raise ValueError(f"attn_mask {shape_of(attn_mask)} must be bool or floating point, got "
+                         f"{attn_mask.dtype}")
+
+
+def check_heads(embed_dim, num_heads):
+    """num_heads >= 1 divides embed_dim."""
+    require_int("embed_dim", embed_dim)
+    require_int("num_heads", num_heads)
+    if embed_dim < 1 or num_heads < 1 or embed_dim % num_heads:
+        raise ValueError(f"num_heads={num_heads} must be >= 1 and divide embed_dim={embed_dim}")
+
+
+def check_kv_heads(num_heads, num_kv_heads):
+    """num_kv_heads >= 1 divides num_heads."""
+    require_int("num_kv_heads", num_kv_heads)
+    if num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} must be divisible by num_kv_heads={num_kv_heads}")
+
+
+def check_sequence(name, x, embed_dim, dtype):
+    """x (batch, seq, embed_dim) in the dtype of the layer's weights."""
+    require_float(name, x, 3)
+    if x.shape[-1] != embed_dim:
+        raise ValueError(f"{name} {shape_of(x)} must be (batch, seq, embed_dim={embed_dim})")
+    require_dtype_of(name, x, dtype, "the layer's weights")
+
+
+def check_grouped(q, k, v, names=("q", "k", "v")):
+    """q (batch, H, L, d), k (batch, H_kv, S, d), v (batch, H_kv, S, d_v) with H a multiple
+    of H_kv; `names`: the caller's argument names."""
+    q_name, k_name, v_name = names
+    for name, tensor in zip(names, (q, k, v)):
+        require_float(name, tensor, 4)
+    require_same_dtype(q_name, q, k_name, k, v_name, v)
+    if (q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or k.shape[1] < 1
+            or q.shape[1] % k.shape[1] or q.shape[-1] != k.shape[-1] or q.shape[-1] < 1):
+        raise ValueError(f"{q_name} {shape_of(q)}, {k_name} {shape_of(k)} and {v_name} "
+                         f"{shape_of(v)} must be (batch, H, L, d), (batch, H_kv, S, d) and "
+                         "(batch, H_kv, S, d_v) with H a multiple of H_kv and d >= 1")
+
+
+def check_positions(positions, seq, device):
+    """None (-> 0 .. seq - 1) or integer positions (seq,) -> positions on `device`."""
+    if positions is None:
+        return torch.arange(seq, device=device)
+    require_tensor("positions", positions)
+    if positions.shape != (seq,):
+        raise ValueError(f"positions {shape_of(positions)} must be (seq,) = ({seq},), "
+                         "one position per token")
+    require_integer("positions", positions)
+    return positions.to(device)
+
+
+def check_window(window, sinks):
+    """window None or >= 1; sinks >= 0, and only with a window."""
+    if window is not None:
+        require_int("window", window, 1)
+    require_int("sinks", sinks, 0)
+    if sinks and window is None:
+        raise ValueError("sinks need a window: without one every token is kept")
+
+
+def check_rope_head_dim(head_dim, name="head_dim"):
+    """RoPE turns pairs of dimensions: an even head size >= 2."""
+    require_int(name, head_dim)
+    if head_dim < 2 or head_dim % 2:
+        raise ValueError(f"{name} must be even and >= 2 for RoPE, got {head_dim}")

@@ -6,65 +6,20 @@ import math
 import torch
 from torch import nn
 
+from . import _kernels
 from ._shapes import (
+    HALF_PRECISION,
     broadcast_shape,
+    check_attn_mask,
+    check_qkv,
+    check_scale,
     require_dtype_of,
     require_float,
     require_int,
     require_number,
-    require_same_dtype,
-    require_tensor,
     shape_of,
 )
-from .masking import HALF_PRECISION, causal_mask, masked_softmax, softmax_, softmax_with_mask_
-
-RANKS = tuple(range(2, 8))  # (L, E) to (b1, ..., b5, L, E)
-
-
-def _check_qkv(query, key, value):
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_float(name, tensor, RANKS)
-    require_same_dtype("query", query, "key", key, "value", value)
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(f"query {shape_of(query)} and key {shape_of(key)} must share the "
-                         "feature size E (last dimension)")
-    if query.shape[-1] == 0:
-        raise ValueError(f"query {shape_of(query)} and key {shape_of(key)} have no features "
-                         "(E = 0): the scale 1/sqrt(E) needs E >= 1")
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(f"key {shape_of(key)} and value {shape_of(value)} must have the same "
-                         "number of keys S (second-to-last dimension)")
-    if broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2]) is None:
-        raise ValueError(f"the batch dimensions of query {shape_of(query)}, key {shape_of(key)} "
-                         f"and value {shape_of(value)} do not broadcast")
-
-
-def _allowed_and_bias(attn_mask, is_causal, scores):
-    """Turn PyTorch-style mask arguments into (allowed bool mask or None, additive bias or None)."""
-    n_queries, n_keys = scores.shape[-2:]
-    if is_causal and attn_mask is not None:
-        raise ValueError("pass either attn_mask or is_causal=True, not both (as in PyTorch)")
-    if is_causal:
-        return causal_mask(n_queries, n_keys, device=scores.device), None
-    if attn_mask is None:
-        return None, None
-    require_tensor("attn_mask", attn_mask)
-    if broadcast_shape(attn_mask.shape, scores.shape) != tuple(scores.shape):
-        raise ValueError(f"attn_mask {shape_of(attn_mask)} does not broadcast to the scores "
-                         f"(..., L, S) = {shape_of(scores)}")
-    if attn_mask.dtype == torch.bool:
-        return attn_mask, None
-    if not attn_mask.dtype.is_floating_point:
-        raise ValueError(f"attn_mask {shape_of(attn_mask)} must be bool or floating point, got "
-                         f"{attn_mask.dtype}")
-    return None, attn_mask
-
-
-def _check_scale(scale, query):
-    if scale is None:
-        return 1 / math.sqrt(query.shape[-1])
-    require_number("scale", scale)
-    return scale
+from .masking import masked_softmax
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
@@ -83,19 +38,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=Fa
     two (..., L, S) tensors, the scores and the weights (one without autograd: the weights then
     overwrite the scores).
     """
-    _check_qkv(query, key, value)
-    scale = _check_scale(scale, query)
-    dtype = query.dtype
-    if dtype in HALF_PRECISION:
-        query, key, value = query.float(), key.float(), value.float()
-    scores = (query @ key.transpose(-2, -1)).mul_(scale)  # (..., L, S): ours, may be overwritten
-    allowed, bias = _allowed_and_bias(attn_mask, is_causal, scores)
-    if bias is not None:
-        scores.add_(bias)
-        if torch.isneginf(bias).any():
-            allowed = ~torch.isneginf(scores)  # a -inf entry is a blocked one
-    weights = softmax_(scores) if allowed is None else softmax_with_mask_(scores, allowed)
-    return (weights @ value).to(dtype), weights.to(dtype)
+    check_qkv(query, key, value)
+    scale = check_scale(scale, query)
+    scores_shape = (*broadcast_shape(query.shape[:-2], key.shape[:-2]), query.shape[-2],
+                    key.shape[-2])
+    check_attn_mask(attn_mask, is_causal, scores_shape)
+    return _kernels.attend(query, key, value, attn_mask, is_causal, scale)
 
 
 class AdditiveAttention(nn.Module):

@@ -1,11 +1,11 @@
 """Decoding with a KV cache (chapter 11).
 
-`KVCache` holds one layer's keys and values; `TinyDecoder` is a small
-decoder-only transformer laid out like Llama: token embeddings, pre-norm
-blocks (RMSNorm, grouped-query attention with RoPE on queries and keys, RMSNorm,
-SwiGLU feed-forward), a final RMSNorm and an output projection. Every mask is
-built from absolute positions, so a chunk of new queries against cached keys,
-a sliding window and attention sinks all use one rule.
+- `KVCache`: one layer's keys and values, with an optional sliding window
+  and attention sinks (StreamingLLM);
+- `TinyDecoder`: a decoder-only transformer laid out like Llama (pre-norm
+  RMSNorm, grouped-query attention with RoPE, SwiGLU), its sizes in one
+  `DecoderConfig`; every mask is built from absolute positions, so a chunk
+  of new queries against cached keys, a window and sinks follow one rule.
 """
 
 import contextlib
@@ -13,58 +13,21 @@ import contextlib
 import torch
 from torch import nn
 
+from . import _kernels
 from ._shapes import (
+    TOKEN_ID_DTYPES,
+    check_sequence,
+    check_window,
+    is_integer,
     require_float,
     require_instance,
     require_int,
     require_integer,
-    require_number,
     shape_of,
     type_name,
 )
-from .multihead import (
-    GroupedQueryAttention,
-    _check_heads,
-    _check_kv_heads,
-    _check_sequence,
-    _grouped_attention,
-    _merge_heads,
-    _split_heads,
-)
-from .rotary import _rotate
-
-TOKEN_ID_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding reads
-
-
-def _check_rope_and_norm(base, norm_eps):
-    require_number("base", base, 1, strict=True)
-    require_number("norm_eps", norm_eps, 0)
-
-
-def _check_window(window, sinks):
-    if window is not None:
-        require_int("window", window, 1)
-    require_int("sinks", sinks, 0)
-    if sinks and window is None:
-        raise ValueError("sinks need a window: without one every token is kept")
-
-
-def decoding_mask(query_positions, key_positions, window=None, sinks=0):
-    """Bool (L, S), True where the query at query_positions (L,) may attend to
-    the key at key_positions (S,): causal (s <= t) and, with a window W, only
-    the last W positions (t - W < s) or one of the first `sinks` positions
-    (s < sinks)."""
-    require_integer("query_positions", query_positions, 1)
-    require_integer("key_positions", key_positions, 1)
-    if window is not None:
-        require_int("window", window, 1)
-    require_int("sinks", sinks, 0)     # a mask may show sinks alone
-    t = query_positions[:, None]                             # (L, 1)
-    s = key_positions[None, :].to(query_positions.device)    # (1, S)
-    allowed = s <= t
-    if window is not None:
-        allowed &= (s > t - window) | (s < sinks)
-    return allowed
+from .config import DecoderConfig
+from .multihead import GroupedQueryAttention
 
 
 class KVCache:
@@ -80,7 +43,7 @@ class KVCache:
     """
 
     def __init__(self, window=None, sinks=0):
-        _check_window(window, sinks)
+        check_window(window, sinks)
         self.window, self.sinks = window, sinks
         self.keys = self.values = None
         # positions (held,) of the tokens held
@@ -127,10 +90,27 @@ class KVCache:
                     "head_dim, dtype and device must stay the same"
                 )
 
+    def _check_holds(self, batch, kv_heads, head_dim, dtype, device):
+        """Raise ValueError unless what the cache holds fits a layer's keys of
+        this batch, kv_heads, head_dim, dtype and device."""
+        held = self.keys
+        if held is not None and (
+                held.shape[0] != batch or held.shape[1] != kv_heads
+                or held.shape[3] != head_dim or held.dtype != dtype or held.device != device):
+            raise ValueError(
+                f"the cache holds keys {shape_of(held)} ({held.dtype}, {held.device}); this "
+                f"step's are (batch={batch}, kv_heads={kv_heads}, t, head_dim={head_dim}) "
+                f"({dtype}, {device}): batch, kv_heads, head_dim, dtype and device must stay "
+                "the same")
+
     def update(self, key, value):
         """Append key, value (batch, kv_heads, t, head_dim); return all keys and
         values to attend to (batch, kv_heads, held + t, head_dim)."""
         self._check(key, value)
+        return self._append(key, value)
+
+    def _append(self, key, value):
+        """update for keys and values the caller's layer made (and so trusts)."""
         new = torch.arange(self.seen, self.seen + key.shape[2])
         if self.keys is None:
             keys, values, positions = key, value, new
@@ -155,35 +135,28 @@ class KVCache:
 class DecoderBlock(nn.Module):
     """Pre-norm block: x + attention(RMSNorm(x)), then + SwiGLU(RMSNorm(x)).
 
-    forward(x (batch, L, embed_dim), positions (L,), cache=None) -> (batch, L,
-    embed_dim); with a cache the queries attend to the cached keys as well."""
+    DecoderBlock(config), a DecoderConfig; forward(x (batch, L, embed_dim),
+    positions (L,), cache=None) -> (batch, L, embed_dim); with a cache the
+    queries attend to the cached keys as well. Chapter 11."""
 
-    def __init__(
-        self,
-        embed_dim,
-        num_heads,
-        num_kv_heads,
-        hidden_dim,
-        window=None,
-        sinks=0,
-        base=10000.0,
-        norm_eps=1e-6,
-    ):
+    def __init__(self, config):
         super().__init__()
-        _check_heads(embed_dim, num_heads)
-        _check_kv_heads(num_heads, num_kv_heads)
-        _check_window(window, sinks)
-        require_int("hidden_dim", hidden_dim, 1)
-        _check_rope_and_norm(base, norm_eps)
-        self.window, self.sinks, self.base = window, sinks, base
-        self.attention_norm = nn.RMSNorm(embed_dim, eps=norm_eps)
-        self.attention = GroupedQueryAttention(
-            embed_dim, num_heads, num_kv_heads
-        )
-        self.mlp_norm = nn.RMSNorm(embed_dim, eps=norm_eps)
-        self.gate_proj = nn.Linear(embed_dim, hidden_dim, bias=False)
-        self.up_proj = nn.Linear(embed_dim, hidden_dim, bias=False)
-        self.down_proj = nn.Linear(hidden_dim, embed_dim, bias=False)
+        require_instance("config", config, DecoderConfig, "a DecoderConfig")
+        self.config = config          # shared with the decoder: one window for all
+        self.attention_norm = nn.RMSNorm(config.embed_dim, eps=config.norm_eps)
+        self.attention = GroupedQueryAttention.from_config(config)
+        self.mlp_norm = nn.RMSNorm(config.embed_dim, eps=config.norm_eps)
+        self.gate_proj = nn.Linear(config.embed_dim, config.hidden_dim, bias=False)
+        self.up_proj = nn.Linear(config.embed_dim, config.hidden_dim, bias=False)
+        self.down_proj = nn.Linear(config.hidden_dim, config.embed_dim, bias=False)
+
+    @property
+    def window(self):
+        return self.config.window
+
+    @property
+    def sinks(self):
+        return self.config.sinks
 
     def attend(self, x, positions, cache=None):
         """RoPE attention of x (batch, L, embed_dim) at positions (L,) ->
@@ -192,29 +165,36 @@ class DecoderBlock(nn.Module):
 
     def _attend(self, x, positions, cache):
         layer = self.attention
-        q = _split_heads(layer.q_proj(x), layer.num_heads)  # (batch, H, L, d_h)
-        k, v = layer._project_kv(x)  # (batch, H_kv, L, d_h)
-        # queries and keys rotated in one call (keys once, then cached)
-        q, k = _rotate(torch.cat([q, k], dim=1), positions, self.base).split(
-            [q.shape[1], k.shape[1]], dim=1)
+        # project: q (batch, H, L, d_h); k, v (batch, H_kv, L, d_h)
+        q = _kernels.split_heads(layer.q_proj(x), layer.num_heads)
+        k = _kernels.split_heads(layer.k_proj(x), layer.num_kv_heads)
+        v = _kernels.split_heads(layer.v_proj(x), layer.num_kv_heads)
+        # rotate queries and keys in one call (keys once, then cached)
+        q, k = _kernels.rotate(torch.cat([q, k], dim=1), positions,
+                               self.config.rope_base).split([q.shape[1], k.shape[1]], dim=1)
+        # append to the cache: keys and values (batch, H_kv, S, d_h)
         key_positions = positions
         if cache is not None:
-            k, v = cache.update(k, v)  # (batch, H_kv, S, d_h)
+            k, v = cache._append(k, v)
             key_positions = cache.key_positions
-        mask = decoding_mask(positions, key_positions, self.window, self.sinks)
-        heads, weights = _grouped_attention(q, k, v, mask.to(x.device), False)
-        return layer.out_proj(_merge_heads(heads)), weights
+        # causal (and windowed) mask from absolute positions, then attention
+        mask = _kernels.allowed_by_position(positions, key_positions, self.window,
+                                            self.sinks)
+        heads, weights = _kernels.grouped_attention(q, k, v, mask.to(x.device))
+        return layer.out_proj(_kernels.merge_heads(heads)), weights
 
     def forward_with_weights(self, x, positions, cache=None):
         """(the block's output (batch, L, embed_dim), its attention weights
         (batch, H, L, S))."""
-        positions = self._check(x, positions, cache)
+        return self._forward(x, self._check(x, positions, cache), cache)
+
+    def _forward(self, x, positions, cache):
+        # attention sublayer: x + attention(RMSNorm(x))
         attended, weights = self._attend(self.attention_norm(x), positions, cache)
         x = x + attended
+        # feed-forward sublayer: x + W_down (silu(W_gate h) * W_up h), h = RMSNorm(x)
         h = self.mlp_norm(x)
-        x = x + self.down_proj(
-            nn.functional.silu(self.gate_proj(h)) * self.up_proj(h)
-        )
+        x = x + self.down_proj(nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
         return x, weights
 
     def forward(self, x, positions, cache=None):
@@ -222,14 +202,15 @@ class DecoderBlock(nn.Module):
 
     def _check(self, x, positions, cache):
         """Check the arguments of attend/forward -> positions on x's device."""
-        layer = self.attention
-        _check_sequence("x", x, layer.embed_dim, layer.q_proj.weight.dtype)
+        check_sequence("x", x, self.config.embed_dim, self.attention.q_proj.weight.dtype)
         require_integer("positions", positions, 1)
         if positions.shape[0] != x.shape[1]:
             raise ValueError(f"positions {shape_of(positions)} must hold one position per "
                              f"token of x {shape_of(x)}")
         if cache is not None:
             require_instance("cache", cache, KVCache, "a KVCache or None")
+            cache._check_holds(x.shape[0], self.attention.num_kv_heads,
+                               self.attention.head_dim, x.dtype, x.device)
         return positions.to(x.device)
 
 
@@ -245,6 +226,8 @@ class TinyDecoder(nn.Module):
     Keyword-only sizes of a real model (defaults: chapter 11's): hidden_dim of
     the SwiGLU feed-forward (4 * embed_dim), the RoPE base, the RMSNorms' eps,
     and tie_embeddings (the output projection reuses the embedding matrix).
+    They are checked and kept in one DecoderConfig, `model.config`, which
+    every layer reads. Chapter 11.
     """
 
     def __init__(
@@ -263,33 +246,44 @@ class TinyDecoder(nn.Module):
         tie_embeddings=False,
     ):
         super().__init__()
-        require_int("vocab_size", vocab_size, 1)
-        require_int("num_layers", num_layers, 1)
-        require_int("embed_dim", embed_dim, 1)
-        _check_window(window, sinks)
-        if hidden_dim is not None:
-            require_int("hidden_dim", hidden_dim, 1)
-        _check_rope_and_norm(base, norm_eps)
-        self.vocab_size, self.window, self.sinks = vocab_size, window, sinks
-        hidden_dim = 4 * embed_dim if hidden_dim is None else hidden_dim
-        self.embed = nn.Embedding(vocab_size, embed_dim)
-        self.blocks = nn.ModuleList(
-            DecoderBlock(
-                embed_dim,
-                num_heads,
-                num_kv_heads,
-                hidden_dim,
-                window,
-                sinks,
-                base,
-                norm_eps,
-            )
-            for _ in range(num_layers)
-        )
-        self.norm = nn.RMSNorm(embed_dim, eps=norm_eps)
-        self.lm_head = nn.Linear(embed_dim, vocab_size, bias=False)
-        if tie_embeddings:
+        if hidden_dim is None and is_integer(embed_dim):
+            hidden_dim = 4 * embed_dim
+        self.config = DecoderConfig(
+            vocab_size, embed_dim, num_layers, num_heads, num_kv_heads, hidden_dim,
+            rope_base=base, norm_eps=norm_eps, window=window, sinks=sinks,
+            tie_embeddings=tie_embeddings)
+        self._build(self.config)
+
+    @classmethod
+    def from_config(cls, config):
+        """A decoder of the sizes a DecoderConfig holds (it is kept, not
+        copied: the model and its layers read it). Chapter 14."""
+        require_instance("config", config, DecoderConfig, "a DecoderConfig")
+        model = cls.__new__(cls)
+        nn.Module.__init__(model)
+        model.config = config
+        model._build(config)
+        return model
+
+    def _build(self, config):
+        self.embed = nn.Embedding(config.vocab_size, config.embed_dim)
+        self.blocks = nn.ModuleList(DecoderBlock(config) for _ in range(config.num_layers))
+        self.norm = nn.RMSNorm(config.embed_dim, eps=config.norm_eps)
+        self.lm_head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
+        if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight  # one matrix, two uses
+
+    @property
+    def vocab_size(self):
+        return self.config.vocab_size
+
+    @property
+    def window(self):
+        return self.config.window
+
+    @property
+    def sinks(self):
+        return self.config.sinks
 
     def new_caches(self):
         """One empty KVCache per layer, with the model's window and sinks."""
@@ -300,18 +294,14 @@ class TinyDecoder(nn.Module):
         """Within the block, the model reads through a sliding window of
         `window` tokens and keeps the first `sinks` (masks and new caches
         alike), as if built with them; its own settings come back after."""
-        _check_window(window, sinks)
-        saved = self.window, self.sinks
+        check_window(window, sinks)
+        config = self.config
+        saved = config.window, config.sinks
         try:
-            self._set_window(window, sinks)
+            config.window, config.sinks = window, sinks   # read by every layer
             yield self
         finally:
-            self._set_window(*saved)
-
-    def _set_window(self, window, sinks):
-        self.window, self.sinks = window, sinks
-        for block in self.blocks:
-            block.window, block.sinks = window, sinks
+            config.window, config.sinks = saved
 
     def _check_ids(self, ids):
         require_integer("ids", ids, 2, what="integer token ids")
@@ -333,17 +323,22 @@ class TinyDecoder(nn.Module):
 
     def forward(self, ids, caches=None):
         self._check_ids(ids)
-        start = 0 if caches is None else self._check_caches(caches)
+        if caches is not None:
+            self._check_caches(caches, ids)
+        return self._logits(ids, caches)
+
+    def _logits(self, ids, caches):
+        """forward for checked ids and caches."""
+        start = 0 if caches is None else caches[0].seen
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
         x = self.embed(ids)  # (batch, seq, embed_dim)
-        for block, cache in zip(
-            self.blocks, caches or [None] * len(self.blocks)
-        ):
-            x = block(x, positions, cache)
+        for block, cache in zip(self.blocks, caches or [None] * len(self.blocks)):
+            x, _ = block._forward(x, positions, cache)
         return self.lm_head(self.norm(x))  # (batch, seq, vocab_size)
 
-    def _check_caches(self, caches):
-        """caches: one KVCache per layer, all at the same position -> it."""
+    def _check_caches(self, caches, ids):
+        """caches: one KVCache per layer, all at the same position, holding
+        keys of ids' batch in the model's dtype."""
         if not isinstance(caches, (list, tuple)) or not all(
             isinstance(cache, KVCache) for cache in caches
         ):
@@ -363,7 +358,9 @@ class TinyDecoder(nn.Module):
                 f"caches hold different numbers of tokens {sorted(seen)}: "
                 "every layer's cache must have seen the same tokens"
             )
-        return caches[0].seen
+        attention = self.blocks[0].attention
+        caches[0]._check_holds(ids.shape[0], attention.num_kv_heads, attention.head_dim,
+                               attention.q_proj.weight.dtype, ids.device)
 
     @torch.no_grad()
     def forward_with_weights(self, ids):
@@ -374,7 +371,7 @@ class TinyDecoder(nn.Module):
         positions = torch.arange(ids.shape[1], device=ids.device)
         x, weights = self.embed(ids), []
         for block in self.blocks:
-            x, layer_weights = block.forward_with_weights(x, positions)
+            x, layer_weights = block._forward(x, positions, None)
             weights.append(layer_weights)
         return self.lm_head(self.norm(x)), weights
 
@@ -398,13 +395,13 @@ class TinyDecoder(nn.Module):
         tokens, new = ids, ids  # new: what the model reads next
         stopped = torch.zeros(len(ids), 1, dtype=torch.bool, device=ids.device)
         for _ in range(max_new_tokens):
-            logits = self(new, caches) if use_cache else self(tokens)
+            logits = self._logits(new, caches) if use_cache else self._logits(tokens, None)
             next_token = logits[:, -1].argmax(-1, keepdim=True)  # (batch, 1)
             if stop_id is not None:
                 next_token = next_token.masked_fill(stopped, stop_id)
                 stopped |= next_token == stop_id
             tokens = torch.cat([tokens, next_token], dim=1)
             new = next_token
-            if stopped.all():
+            if stop_id is not None and len(ids) and stopped.all():
                 break
         return tokens

@@ -67,7 +67,10 @@ import math
 import torch
 from torch import nn
 
+from . import _kernels
 from ._shapes import (
+    check_positions,
+    check_sequence,
     broadcast_shape,
     require_dtype_of,
     require_float,
@@ -79,10 +82,8 @@ from ._shapes import (
     type_name,
 )
 from .attention import scaled_dot_product_attention
-from .decoding import decoding_mask
-from .multihead import _check_sequence, _merge_heads, _split_heads
-from .pretrained.smollm2 import interleaved_to_half_split
-from .rotary import _check_positions, _rotate
+from .masking import decoding_mask
+from .rotary import interleaved_to_half_split
 
 
 class LatentCache:
@@ -210,7 +211,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     def _project_latent(self, x, positions):
         latent = self.kv_norm(self.kv_down(x))                      # (batch, L, d_c)
-        return latent, _rotate(self.k_rope(x), positions, self.base)  # (batch, L, d_R)
+        return latent, _kernels.rotate(self.k_rope(x), positions, self.base)  # (batch, L, d_R)
 
     def project_queries(self, x, positions=None):
         """Queries of x (batch, L, embed_dim) at positions (L,): the content part (batch,
@@ -219,9 +220,9 @@ class MultiHeadLatentAttention(nn.Module):
 
     def _project_queries(self, x, positions):
         source = x if self.q_down is None else self.q_norm(self.q_down(x))  # (b, L, d_c')
-        content = _split_heads(self.q_up(source), self.num_heads)     # (b, H, L, d_h)
-        rope = _split_heads(self.q_rope(source), self.num_heads)      # (b, H, L, d_R)
-        return content, _rotate(rope, positions, self.base)
+        content = _kernels.split_heads(self.q_up(source), self.num_heads)     # (b, H, L, d_h)
+        rope = _kernels.split_heads(self.q_rope(source), self.num_heads)      # (b, H, L, d_R)
+        return content, _kernels.rotate(rope, positions, self.base)
 
     def expand(self, latents):
         """Latents (batch, S, kv_rank) -> every head's content keys (batch, num_heads, S,
@@ -234,8 +235,8 @@ class MultiHeadLatentAttention(nn.Module):
         return self._expand(latents)
 
     def _expand(self, latents):
-        return (_split_heads(self.k_up(latents), self.num_heads),
-                _split_heads(self.v_up(latents), self.num_heads))
+        return (_kernels.split_heads(self.k_up(latents), self.num_heads),
+                _kernels.split_heads(self.v_up(latents), self.num_heads))
 
     # ------------------------------------------------------------------- attention
 
@@ -254,7 +255,7 @@ class MultiHeadLatentAttention(nn.Module):
             allowed = allowed & attn_mask.to(x.device)          # (.., L, S) up to (b, H, L, S)
         attend = self._attend_absorbed if absorb else self._attend_explicit
         heads, weights = attend(q_content, q_rope, latents, rope_keys, allowed)
-        return self.out_proj(_merge_heads(heads)), weights         # (b, L, d), (b, H, L, S)
+        return self.out_proj(_kernels.merge_heads(heads)), weights         # (b, L, d), (b, H, L, S)
 
     def _attend_explicit(self, q_content, q_rope, latents, rope_keys, allowed):
         """Every head's keys and values projected up from the latents, then attention."""
@@ -291,11 +292,11 @@ class MultiHeadLatentAttention(nn.Module):
 
     def _check_x(self, x, positions, cache=None):
         """x (batch, L, embed_dim) in the weights' dtype -> positions (L,) on x's device."""
-        _check_sequence("x", x, self.embed_dim, self.kv_down.weight.dtype)
+        check_sequence("x", x, self.embed_dim, self.kv_down.weight.dtype)
         if cache is not None:
             require_instance("cache", cache, LatentCache, "a LatentCache or None")
             return torch.arange(cache.seen, cache.seen + x.shape[1], device=x.device)
-        return _check_positions(positions, x.shape[1], x.device)
+        return check_positions(positions, x.shape[1], x.device)
 
     # ------------------------------------------------------------------ DeepSeek's weights
 

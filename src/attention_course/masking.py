@@ -8,8 +8,12 @@ zero, never NaN (the package's contract: see `attention_course`'s docstring).
 
 import torch
 
+from . import _kernels
 from ._shapes import (
+    HALF_PRECISION,
     broadcast_shape,
+    check_window,
+    require_integer,
     require_float,
     require_floating_dtype,
     require_int,
@@ -57,9 +61,6 @@ def valid_lens_mask(valid_lens, n_queries, n_keys):
     return positions[None, None, :] < lengths[:, :, None]  # (batch, 1 or n_q, n_keys)
 
 
-HALF_PRECISION = (torch.float16, torch.bfloat16)
-
-
 def _check_scores_and_dtype(scores, dtype):
     require_float("scores", scores)
     if scores.dim() < 1:
@@ -96,13 +97,7 @@ def softmax_(scores, dtype=None):
     needed it is computed in place (the scores become the weights, no other full-size tensor is
     made); otherwise by torch.softmax. Each row needs one finite score."""
     _check_scores_and_dtype(scores, dtype)
-    return _softmax_(scores, dtype)
-
-
-def _softmax_(scores, dtype=None):
-    if scores.requires_grad and torch.is_grad_enabled():
-        return torch.softmax(scores, dim=-1, dtype=dtype or scores.dtype)
-    return torch.softmax(scores, dim=-1, out=scores).to(dtype or scores.dtype)
+    return _kernels.softmax_inplace(scores, dtype)
 
 
 def softmax_with_mask_(scores, allowed, dtype=None):
@@ -113,27 +108,14 @@ def softmax_with_mask_(scores, allowed, dtype=None):
     `dtype`: the softmax's dtype (default: scores'). No NaN in the output or the gradient."""
     _check_scores_and_dtype(scores, dtype)
     _check_allowed(allowed, scores)
-    blocked = allowed.logical_not()                               # the mask's size, not scores'
-    scores.masked_fill_(blocked, float("-inf"))
-    empty = blocked.all(dim=-1, keepdim=True)                     # (..., n_q, 1): no key left
-    del blocked
-    any_empty = bool(empty.any())
-    if any_empty:
-        scores.masked_fill_(empty, 0.0)                           # finite, so no 0/0 below
-    weights = _softmax_(scores, dtype)
-    if any_empty:
-        weights = (weights.masked_fill(empty, 0.0) if weights.requires_grad
-                   else weights.masked_fill_(empty, 0.0))
-    return weights
+    return _kernels.masked_softmax_inplace(scores, allowed, dtype)
 
 
 def softmax_with_mask(scores, allowed):
     """As softmax_with_mask_, without touching `scores`; half precision computed in float32."""
     _check_scores_and_dtype(scores, None)
     _check_allowed(allowed, scores)
-    weights = softmax_with_mask_(scores.float() if scores.dtype in HALF_PRECISION
-                                 else scores.clone(), allowed)
-    return weights.to(scores.dtype)
+    return _with_mask(scores, allowed)
 
 
 def masked_softmax(scores, valid_lens=None):
@@ -158,7 +140,29 @@ def masked_softmax(scores, valid_lens=None):
         allowed = allowed.reshape(allowed.shape[0], *([1] * extra_dims), *allowed.shape[1:])
     scored = torch.isneginf(scores)   # a -inf score blocks its key, as a mask would
     if allowed is None:
-        if not scored.all(dim=-1).any():
-            return softmax(scores)
-        return softmax_with_mask(scores, scored.logical_not_())
-    return softmax_with_mask(scores, scored.logical_not_().logical_and_(allowed))
+        if not scored.all(dim=-1).any():       # some key allowed in every row
+            if scores.dtype in HALF_PRECISION:
+                return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+            return torch.softmax(scores, dim=-1)
+        return _with_mask(scores, scored.logical_not_())
+    return _with_mask(scores, scored.logical_not_().logical_and_(allowed))
+
+
+def _with_mask(scores, allowed):
+    """softmax_with_mask for arguments masked_softmax has checked."""
+    return _kernels.masked_softmax_inplace(
+        scores.float() if scores.dtype in HALF_PRECISION else scores.clone(),
+        allowed).to(scores.dtype)
+
+
+def decoding_mask(query_positions, key_positions, window=None, sinks=0):
+    """Bool (L, S), True where the query at query_positions (L,) may attend to
+    the key at key_positions (S,): causal (s <= t) and, with a window W, only
+    the last W positions (t - W < s) or one of the first `sinks` positions
+    (s < sinks). Chapter 11."""
+    require_integer("query_positions", query_positions, 1)
+    require_integer("key_positions", key_positions, 1)
+    if window is not None:
+        require_int("window", window, 1)
+    require_int("sinks", sinks, 0)     # a mask may show sinks alone
+    return _kernels.allowed_by_position(query_positions, key_positions, window, sinks)

@@ -31,14 +31,16 @@ from collections.abc import Mapping
 
 import torch
 
+from . import _kernels
 from ._shapes import (
+    check_positions,
+    check_rope_head_dim,
     require_float,
     require_floating_dtype,
     require_instance,
     require_int,
-    require_integer,
     require_number,
-    require_tensor,
+    require_rank,
     shape_of,
 )
 
@@ -60,9 +62,7 @@ def rotary_frequencies(head_dim, base=10000.0, *, scaling=None, seq_len=None,
     """theta_i = base^(-2i / head_dim) for i < head_dim / 2 -> (head_dim / 2,),
     rescaled as `scaling` says (see the module's docstring); seq_len, the
     current length, matters to "dynamic" only (default: at most C)."""
-    require_int("head_dim", head_dim)
-    if head_dim < 2 or head_dim % 2:
-        raise ValueError(f"head_dim must be even and >= 2, got {head_dim}")
+    check_rope_head_dim(head_dim)
     require_number("base", base, 1, strict=True)
     scaling = _check_scaling(scaling, base)
     if seq_len is not None:
@@ -215,28 +215,6 @@ def _attention_factor(scaling):
     return _yarn_mscale(factor)
 
 
-def _compute_dtypes(x):
-    """(angles, products): angles m theta_i reach thousands of radians, so
-    they are computed in float64 (float32 on Apple's MPS, which lacks it);
-    the rotation itself in float64 for float64 inputs, else in float32."""
-    angles = torch.float32 if x.device.type == "mps" else torch.float64
-    products = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return angles, products
-
-
-def _check_positions(positions, seq, device):
-    if positions is None:
-        return torch.arange(seq, device=device)
-    require_tensor("positions", positions)
-    if positions.shape != (seq,):
-        raise ValueError(
-            f"positions {shape_of(positions)} must be (seq,) = ({seq},), "
-            "one position per token"
-        )
-    require_integer("positions", positions)
-    return positions.to(device)
-
-
 def apply_rotary(x, positions=None, base=10000.0, *, scaling=None):
     """Rotate x (..., seq, head_dim) by its positions (seq,) -> same shape, dtype.
 
@@ -251,27 +229,33 @@ def apply_rotary(x, positions=None, base=10000.0, *, scaling=None):
         raise ValueError(
             f"x {shape_of(x)} must be (..., seq, head_dim) with an even head_dim"
         )
-    positions = _check_positions(positions, x.shape[-2], x.device)
+    positions = check_positions(positions, x.shape[-2], x.device)
     require_number("base", base, 1, strict=True)
-    return _rotate(x, positions, base, _check_scaling(scaling, base))
-
-
-def _rotate(x, positions, base, scaling=None):
-    """apply_rotary for arguments its caller has checked (positions on x's device)."""
-    head_dim = x.shape[-1]
-    wide, work = _compute_dtypes(x)
+    scaling = _check_scaling(scaling, base)
+    if scaling is None:
+        return _kernels.rotate(x, positions, base)
+    # rescaled frequencies (in the angles' dtype) and YaRN's factor
+    wide, _ = _kernels.compute_dtypes(x)
     length = None
     if _rope_type(scaling) == "dynamic" and positions.numel():
         length = int(positions.max()) + 1
-    theta = _frequencies(head_dim, base, x.device, wide, scaling, length)
-    angles = positions.to(wide)[:, None] * theta  # (seq, head_dim / 2)
-    cos, sin = angles.cos(), angles.sin()
-    factor = _attention_factor(scaling)
-    if factor != 1.0:
-        cos, sin = cos * factor, sin * factor
-    cos, sin = cos.to(work), sin.to(work)
-    first, second = x.to(work).chunk(2, dim=-1)  # (..., seq, head_dim / 2)
-    rotated = torch.cat(
-        [first * cos - second * sin, first * sin + second * cos], dim=-1
-    )
-    return rotated.to(x.dtype)
+    theta = _frequencies(x.shape[-1], base, x.device, wide, scaling, length)
+    return _kernels.rotate(x, positions, theta=theta,
+                           factor=_attention_factor(scaling))
+
+
+def interleaved_to_half_split(weight, num_heads):
+    """Rows of W_Q or W_K (num_heads * head_dim, in) from the interleaved
+    pairing of GGUF files and DeepSeek's checkpoints, where RoPE rotates rows
+    2i and 2i + 1 of each head together, to the half-split pairing of
+    `apply_rotary` (rows i and i + head_dim / 2): within each head, the even
+    rows first, then the odd ones. Chapter 14."""
+    require_rank("weight", weight, 2)
+    require_int("num_heads", num_heads, 1)
+    rows, columns = weight.shape
+    if rows % (2 * num_heads):
+        raise ValueError(f"weight {shape_of(weight)} does not split into "
+                         f"{num_heads} heads of an even size")
+    pairs = rows // num_heads // 2
+    return (weight.reshape(num_heads, pairs, 2, columns)  # (head, i, member of pair)
+            .transpose(1, 2).reshape(rows, columns))

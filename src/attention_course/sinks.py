@@ -27,10 +27,16 @@ when omega_h = -inf).
 
 import torch
 
-from ._shapes import require_float, require_same_dtype, shape_of
-from .attention import _allowed_and_bias, _check_scale
-from .masking import HALF_PRECISION
-from .multihead import _check_grouped
+from . import _kernels
+from ._shapes import (
+    HALF_PRECISION,
+    check_attn_mask,
+    check_grouped,
+    check_scale,
+    require_float,
+    require_same_dtype,
+    shape_of,
+)
 
 
 def _check_sinks(sinks, heads, owner, tensor):
@@ -94,9 +100,11 @@ def sink_attention(query, key, value, sinks, attn_mask=None, is_causal=False,
     the inputs' dtype; float16/bfloat16 are computed in float32. A query with
     no allowed key gets zero weights and a zero output.
     """
-    _check_grouped(query, key, value, names=("query", "key", "value"))
+    check_grouped(query, key, value, names=("query", "key", "value"))
     _check_sinks(sinks, query.shape[1], "query", query)
-    scale = _check_scale(scale, query)
+    scale = check_scale(scale, query)
+    check_attn_mask(attn_mask, is_causal, (query.shape[0], query.shape[1], query.shape[2],
+                                           key.shape[2]))
     dtype = query.dtype
     if dtype in HALF_PRECISION:
         query, key, value = query.float(), key.float(), value.float()
@@ -108,7 +116,7 @@ def sink_attention(query, key, value, sinks, attn_mask=None, is_causal=False,
                             head_dim)                     # (b, H_kv, g, L, d)
     scores = grouped @ key[:, :, None].transpose(-2, -1)  # (b, H_kv, g, L, S)
     scores = scores.mul_(scale).reshape(batch, heads, length, n_keys)
-    allowed, bias = _allowed_and_bias(attn_mask, is_causal, scores)
+    allowed, bias = _kernels.allowed_and_bias(attn_mask, is_causal, scores)
     if bias is not None:
         scores.add_(bias)                     # a -inf entry blocks its key
     if allowed is not None:

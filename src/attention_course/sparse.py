@@ -76,7 +76,10 @@ import math
 import torch
 from torch import nn
 
+from . import _kernels
 from ._shapes import (
+    check_positions,
+    check_sequence,
     require_dtype_of,
     require_float,
     require_instance,
@@ -84,11 +87,9 @@ from ._shapes import (
     require_number,
     shape_of,
 )
-from .decoding import decoding_mask
+from .masking import decoding_mask
 from .latent import MultiHeadLatentAttention, _state_tensors
 from .masking import HALF_PRECISION
-from .multihead import _check_sequence
-from .rotary import _check_positions, _rotate
 
 
 def _check_indexer_sizes(embed_dim, q_rank, num_heads, head_dim, rope_dim, base):
@@ -143,20 +144,20 @@ class LightningIndexer(nn.Module):
 
     def _rope(self, x, positions):
         """RoPE on the first rope_dim dimensions of x (..., L, d_I), the rest unchanged."""
-        turned = _rotate(x[..., :self.rope_dim], positions, self.base)
+        turned = _kernels.rotate(x[..., :self.rope_dim], positions, self.base)
         return torch.cat([turned, x[..., self.rope_dim:]], dim=-1)
 
     def _check(self, x, q_latent, positions):
         """x and q_latent in the weights' dtype, of one batch and length -> positions (L,)."""
         dtype = self.k_proj.weight.dtype
-        _check_sequence("x", x, self.embed_dim, dtype)
+        check_sequence("x", x, self.embed_dim, dtype)
         require_float("q_latent", q_latent, 3)
         if q_latent.shape != (*x.shape[:2], self.q_rank):
             raise ValueError(f"x {shape_of(x)} and q_latent {shape_of(q_latent)} must be "
                              f"(batch, L, embed_dim={self.embed_dim}) and (batch, L, "
                              f"q_rank={self.q_rank})")
         require_dtype_of("q_latent", q_latent, dtype, "the layer's weights")
-        return _check_positions(positions, x.shape[1], x.device)
+        return check_positions(positions, x.shape[1], x.device)
 
     @classmethod
     def from_deepseek(cls, state_dict, rope_dim, *, base=10000.0):
@@ -240,7 +241,7 @@ class DeepSeekSparseAttention(nn.Module):
     def index_scores(self, x):
         """The indexer's scores I (batch, L, L) of x (batch, L, embed_dim): -inf for s > t;
         float32 for float16/bfloat16 inputs, the input dtype otherwise."""
-        _check_sequence("x", x, self.attention.embed_dim, self.attention.kv_down.weight.dtype)
+        check_sequence("x", x, self.attention.embed_dim, self.attention.kv_down.weight.dtype)
         return self._index_scores(x)
 
     def _index_scores(self, x):
@@ -250,7 +251,7 @@ class DeepSeekSparseAttention(nn.Module):
         return self.indexer._scores(x, q_latent, positions)            # (b, L, L)
 
     def forward(self, x, absorb=False):
-        _check_sequence("x", x, self.attention.embed_dim, self.attention.kv_down.weight.dtype)
+        check_sequence("x", x, self.attention.embed_dim, self.attention.kv_down.weight.dtype)
         selected = top_k_mask(self._index_scores(x), self.top_k)      # (b, L, L)
         output, weights = self.attention(x, absorb=absorb, attn_mask=selected[:, None])
         return output, weights, selected

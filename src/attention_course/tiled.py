@@ -6,9 +6,7 @@ import math
 
 import torch
 
-from ._shapes import require_int, shape_of, type_name
-from .attention import _check_qkv, _check_scale
-from .masking import HALF_PRECISION
+from ._shapes import HALF_PRECISION, check_qkv, check_scale, require_int, shape_of
 
 
 def _check_block_size(block_size):
@@ -68,12 +66,12 @@ def flash_attention(query, key, value, is_causal=False, scale=None,
     to their dtype at the end, the log-sum-exp stays float32 (as in
     FlashAttention: rounded, it would spoil the recomputed weights).
     """
-    _check_qkv(query, key, value)          # float tensors of one dtype
+    check_qkv(query, key, value)          # float tensors of one dtype
     _check_block_size(block_size)
     if key.shape[-2] == 0:
         raise ValueError(f"key {shape_of(key)} has no keys (S = 0): every "
                          "query needs at least one key to attend to")
-    scale = _check_scale(scale, query)
+    scale = check_scale(scale, query)
     dtype = query.dtype
     if dtype in HALF_PRECISION:
         query, key, value = query.float(), key.float(), value.float()
@@ -117,7 +115,7 @@ def _attend_query_block(q_block, key, value, row_tiles, batch):
 
 def naive_attention(query, key, value, is_causal=False):
     """softmax(Q K^T / sqrt(E)) V as three plain lines: holds (..., L, S)."""
-    _check_qkv(query, key, value)
+    check_qkv(query, key, value)
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
     if is_causal:
         n_queries, n_keys = scores.shape[-2:]

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from .._shapes import (
+    TOKEN_ID_DTYPES,
     require_dtype_of,
     require_float,
     require_instance,
@@ -31,7 +32,6 @@ from .._shapes import (
     shape_of,
     type_name,
 )
-from ..decoding import TOKEN_ID_DTYPES
 from ..masking import valid_lens_mask
 from ..multihead import MultiHeadAttention
 

@@ -19,15 +19,16 @@ Hugging Face's Llama does, so loading undoes that reordering
 """
 
 import collections.abc
-import dataclasses
 import importlib.util
 import pathlib
 
 import numpy as np
 import torch
 
-from .._shapes import require_instance, require_int, require_number, require_rank, shape_of
+from .._shapes import require_instance
+from ..config import DecoderConfig
 from ..decoding import TinyDecoder
+from ..rotary import interleaved_to_half_split
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SPECIAL_TOKEN_TYPE = 3  # GGUF's "control" tokens: <|im_start|>, <|im_end|>, ...
@@ -59,46 +60,6 @@ def metadata(reader, key):
     return reader.fields[key].contents()
 
 
-@dataclasses.dataclass(frozen=True)
-class DecoderConfig:
-    """The sizes of a Llama-layout decoder, as the GGUF file states them."""
-
-    vocab_size: int
-    embed_dim: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    hidden_dim: int
-    rope_base: float
-    norm_eps: float
-    context_length: int
-
-    def __post_init__(self):
-        for name in ("vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads",
-                     "hidden_dim", "context_length"):
-            require_int(name, getattr(self, name), 1)
-        require_number("rope_base", self.rope_base, 1, strict=True)
-        require_number("norm_eps", self.norm_eps, 0)
-
-    @classmethod
-    def from_gguf(cls, reader):
-        architecture = metadata(reader, "general.architecture")
-        if architecture != "llama":
-            raise ValueError(f"a {architecture!r} GGUF file is not laid out like Llama")
-
-        def value(key):
-            return metadata(reader, f"llama.{key}")
-
-        return cls(vocab_size=len(metadata(reader, "tokenizer.ggml.tokens")),
-                   embed_dim=value("embedding_length"), num_layers=value("block_count"),
-                   num_heads=value("attention.head_count"),
-                   num_kv_heads=value("attention.head_count_kv"),
-                   hidden_dim=value("feed_forward_length"),
-                   rope_base=float(value("rope.freq_base")),
-                   norm_eps=float(value("attention.layer_norm_rms_epsilon")),
-                   context_length=value("context_length"))
-
-
 def dequantized(reader):
     """{GGUF tensor name: float32 tensor (rows, columns)}: every weight of the file
     expanded from its 4- or 8-bit blocks by gguf.quants.dequantize."""
@@ -107,22 +68,6 @@ def dequantized(reader):
     return {tensor.name: torch.from_numpy(
                 np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32))
             for tensor in reader.tensors}
-
-
-def interleaved_to_half_split(weight, num_heads):
-    """Rows of W_Q or W_K (num_heads * head_dim, in) from GGUF's pairing, where
-    RoPE rotates rows 2i and 2i + 1 of each head together, to the half-split
-    pairing of `apply_rotary` (rows i and i + head_dim / 2): within each head,
-    the even rows first, then the odd ones."""
-    require_rank("weight", weight, 2)
-    require_int("num_heads", num_heads, 1)
-    rows, columns = weight.shape
-    if rows % (2 * num_heads):
-        raise ValueError(f"weight {shape_of(weight)} does not split into "
-                         f"{num_heads} heads of an even size")
-    pairs = rows // num_heads // 2
-    return (weight.reshape(num_heads, pairs, 2, columns)  # (head, i, member of pair)
-            .transpose(1, 2).reshape(rows, columns))
 
 
 def decoder_state_dict(weights, config):
@@ -182,12 +127,8 @@ def load_smollm2(dtype=torch.float32, device=None):
     TinyDecoder (dtype, device) and its tokenizer (a tokenizers.Tokenizer)."""
     reader = read_gguf()
     config = DecoderConfig.from_gguf(reader)
-    model = TinyDecoder(config.vocab_size, config.embed_dim, config.num_heads,
-                        config.num_kv_heads, config.num_layers,
-                        hidden_dim=config.hidden_dim, base=config.rope_base,
-                        norm_eps=config.norm_eps, tie_embeddings=True)
+    model = TinyDecoder.from_config(config)
     model.load_state_dict(decoder_state_dict(dequantized(reader), config))
-    model.config = config
     return model.to(device=device, dtype=dtype).eval(), load_gguf_tokenizer(reader)
 
 
