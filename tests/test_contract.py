@@ -19,6 +19,7 @@ import inspect
 import math
 import pkgutil
 import re
+import sys
 
 import matplotlib.pyplot as plt
 import pytest
@@ -29,6 +30,7 @@ from torch import nn
 import attention_course as ac
 from attention_course import (
     attention,
+    config,
     costs,
     data,
     decoding,
@@ -139,6 +141,7 @@ INSTANCE = [Bad("another object", constant(object()), TypeError),
             Bad("None", constant(None), TypeError)]
 CALLABLE = [Bad("a number", constant(3), TypeError)]
 MAPPING = [Bad("a list", constant([]), TypeError)]
+FLAG = [Bad("a string", constant("yes"), TypeError), Bad("None", constant(None), TypeError)]
 CACHES = [Bad("a list of None", lambda v: [None] * len(v), TypeError),
           Bad("one cache", lambda v: v[0], TypeError),
           Bad("too few", lambda v: v[:1], ValueError)]
@@ -174,7 +177,12 @@ SCALING = [Bad("a list", constant([]), TypeError), Bad("None", constant(None), T
                TypeError),
            Bad("bounds in the wrong order", lambda v: {**v, "beta_fast": 1, "beta_slow": 32},
                ValueError),
-           Bad("truncate not a bool", lambda v: {**v, "truncate": "no"}, TypeError)]
+           Bad("truncate not a bool", lambda v: {**v, "truncate": "no"}, TypeError),
+           # YaRN's factor is a ratio of 0.1 * m * ln(factor) + 1 terms: m = -10, factor = e
+           # zeroes the denominator
+           Bad("mscale_all_dim zeroing a denominator",
+               lambda v: {**v, "factor": math.e, "mscale": 1.0, "mscale_all_dim": -10.0},
+               ValueError)]
 
 # Parameters the package passes on unchecked, wherever they appear.
 UNCHECKED = {
@@ -219,7 +227,7 @@ def tiny_decoder(**options):
 
 def tiny_block():
     torch.manual_seed(0)
-    return decoding.DecoderBlock(8, 2, 1, 16, window=4, sinks=1)
+    return decoding.DecoderBlock(config.DecoderConfig(20, 8, 1, 2, 1, 16, window=4, sinks=1))
 
 
 def tiny_latent_attention():
@@ -279,9 +287,9 @@ def tokenizer():
 
 
 def tiny_decoder_config():
-    return smollm2.DecoderConfig(vocab_size=10, embed_dim=8, num_layers=1, num_heads=2,
-                                 num_kv_heads=1, hidden_dim=16, rope_base=10000.0,
-                                 norm_eps=1e-5, context_length=32)
+    return config.DecoderConfig(vocab_size=10, embed_dim=8, num_layers=1, num_heads=2,
+                                num_kv_heads=1, hidden_dim=16, rope_base=10000.0,
+                                norm_eps=1e-5, context_length=32, tie_embeddings=True)
 
 
 def gguf_weights(config):
@@ -425,6 +433,9 @@ REGISTRY = {
         lambda: (multihead.GroupedQueryAttention.from_multihead,
                  dict(mha=multihead.MultiHeadAttention(8, 2), num_kv_heads=1)),
         {"mha": INSTANCE, "num_kv_heads": COUNT}),
+    "attention_course.multihead.GroupedQueryAttention.from_config": Case(
+        lambda: (multihead.GroupedQueryAttention.from_config, dict(config=tiny_decoder_config())),
+        {"config": INSTANCE}),
     "attention_course.multihead.grouped_attention": Case(
         lambda: (multihead.grouped_attention,
                  dict(q=randn(2, 4, 3, 5), k=randn(2, 2, 6, 5, seed=1),
@@ -444,8 +455,8 @@ REGISTRY = {
         lambda: (multihead.merge_heads, dict(x=torch.arange(24).reshape(1, 2, 3, 4))),
         {"x": TENSOR}),
     # decoding
-    "attention_course.decoding.decoding_mask": Case(
-        lambda: (decoding.decoding_mask, dict(query_positions=torch.arange(2, 5),
+    "attention_course.masking.decoding_mask": Case(
+        lambda: (masking.decoding_mask, dict(query_positions=torch.arange(2, 5),
                                               key_positions=torch.arange(5), window=3,
                                               sinks=1)),
         {"query_positions": INTEGERS, "key_positions": INTEGERS, "window": optional(COUNT),
@@ -458,12 +469,8 @@ REGISTRY = {
                  dict(key=randn(1, 2, 3, 4), value=randn(1, 2, 3, 4, seed=1))),
         {"key": MATCHED, "value": MATCHED}),
     "attention_course.decoding.DecoderBlock": Case(
-        lambda: (decoding.DecoderBlock,
-                 dict(embed_dim=8, num_heads=2, num_kv_heads=1, hidden_dim=16, window=4,
-                      sinks=1, base=100.0, norm_eps=1e-6)),
-        {"embed_dim": COUNT, "num_heads": COUNT, "num_kv_heads": COUNT, "hidden_dim": COUNT,
-         "window": optional(COUNT), "sinks": COUNT_OR_ZERO, "base": BASE,
-         "norm_eps": NON_NEGATIVE}),
+        lambda: (decoding.DecoderBlock, dict(config=tiny_decoder_config())),
+        {"config": INSTANCE}),
     **{f"attention_course.decoding.DecoderBlock.{name}": Case(
         (lambda name=name: (tiny_block() if name == "forward" else getattr(tiny_block(), name),
                             dict(x=randn(1, 3, 8), positions=torch.arange(3),
@@ -478,6 +485,9 @@ REGISTRY = {
         {"vocab_size": COUNT, "embed_dim": COUNT, "num_heads": COUNT, "num_kv_heads": COUNT,
          "num_layers": COUNT, "window": optional(COUNT), "hidden_dim": optional(COUNT),
          "sinks": COUNT_OR_ZERO, "base": BASE, "norm_eps": NON_NEGATIVE}),
+    "attention_course.decoding.TinyDecoder.from_config": Case(
+        lambda: (decoding.TinyDecoder.from_config, dict(config=tiny_decoder_config())),
+        {"config": INSTANCE}),
     "attention_course.decoding.TinyDecoder.new_caches": Case(
         lambda: (tiny_decoder().new_caches, {}), {}),
     "attention_course.decoding.TinyDecoder.windowed": Case(
@@ -691,11 +701,13 @@ REGISTRY = {
                                               sentences=["Hi there", "Cats."])),
         {"encoder": INSTANCE, "tokenizer": TOKENIZER, "sentences": SENTENCES}),
     # pretrained.smollm2
-    "attention_course.pretrained.smollm2.DecoderConfig": Case(
-        lambda: (smollm2.DecoderConfig, dataclasses.asdict(tiny_decoder_config())),
+    "attention_course.config.DecoderConfig": Case(
+        lambda: (config.DecoderConfig, {**dataclasses.asdict(tiny_decoder_config()),
+                                        "window": 4, "sinks": 1}),
         {**{name: COUNT for name in ("vocab_size", "embed_dim", "num_layers", "num_heads",
-                                     "num_kv_heads", "hidden_dim", "context_length")},
-         "rope_base": BASE, "norm_eps": NON_NEGATIVE}),
+                                     "num_kv_heads", "hidden_dim")},
+         "context_length": optional(COUNT), "window": optional(COUNT), "sinks": COUNT_OR_ZERO,
+         "rope_base": BASE, "norm_eps": NON_NEGATIVE, "tie_embeddings": FLAG}),
     "attention_course.pretrained.smollm2.chat_prompt": Case(
         lambda: (smollm2.chat_prompt, dict(message="Hi", system="Be brief.")),
         {"message": TEXT, "system": TEXT}),
@@ -703,8 +715,8 @@ REGISTRY = {
         lambda: (smollm2.decoder_state_dict, dict(weights=gguf_weights(tiny_decoder_config()),
                                                   config=tiny_decoder_config())),
         {"weights": MAPPING, "config": INSTANCE}),
-    "attention_course.pretrained.smollm2.interleaved_to_half_split": Case(
-        lambda: (smollm2.interleaved_to_half_split,
+    "attention_course.rotary.interleaved_to_half_split": Case(
+        lambda: (rotary.interleaved_to_half_split,
                  dict(weight=torch.arange(16.0).reshape(8, 2), num_heads=2)),
         {"weight": TENSOR, "num_heads": COUNT}),
     # latent (chapter 15)
@@ -853,7 +865,8 @@ EXEMPT = {
                     "EncoderConfig.from_json", "SentenceEncoder.from_safetensors")},
     **{f"attention_course.pretrained.smollm2.{name}": LOADER
        for name in ("gguf_path", "read_gguf", "metadata", "dequantized", "load_gguf_tokenizer",
-                    "load_smollm2", "DecoderConfig.from_gguf")},
+                    "load_smollm2")},
+    "attention_course.config.DecoderConfig.from_gguf": LOADER,
 }
 
 # ------------------------------------------------------------------------------ the walk
@@ -1090,3 +1103,49 @@ def test_the_contract_is_documented_in_the_packages_docstring():
                    "Fully masked rows", "NaN and infinities inside tensors are not checked"):
         assert phrase in ac.__doc__, phrase
 
+
+
+# ------------------------------------------------------------------ checked once on every path
+
+
+SHAPES_FILE = inspect.getsourcefile(importlib.import_module("attention_course._shapes"))
+
+
+def checks_made(function, arguments):
+    """The argument checks a valid call makes: (check, argument name, id of the value) for every
+    call of a `require_*` or `check_*` function of `_shapes` made from outside `_shapes` (a check
+    calling another is one check), recorded with a profiler hook."""
+    made = []
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if (event == "call" and code.co_filename == SHAPES_FILE
+                and code.co_name.startswith(("require_", "check_"))
+                and frame.f_back is not None and frame.f_back.f_code.co_filename != SHAPES_FILE):
+            values = frame.f_locals
+            if not code.co_argcount:                  # require_same_dtype(name, t, name, t...)
+                named = values[code.co_varnames[0]]
+                made.append((code.co_name, named[::2], tuple(map(id, named[1::2]))))
+                return
+            first = code.co_varnames[0]
+            name = values[first] if isinstance(values[first], str) else first
+            value = values.get(code.co_varnames[1]) if code.co_argcount > 1 else None
+            made.append((code.co_name, name, id(value)))
+
+    sys.setprofile(profile)
+    try:
+        call(function, arguments)
+    finally:
+        sys.setprofile(None)
+    return made
+
+
+@pytest.mark.parametrize("qualified", sorted(name for name, case in REGISTRY.items()
+                                             if case.run_valid))
+def test_no_argument_is_checked_twice_on_one_path(qualified):
+    """Check once, at the door: a valid call checks each (argument, value) at most once, however
+    many layers it passes through (a model's layers, a kernel, the helper a door calls)."""
+    function, arguments = REGISTRY[qualified].build()
+    made = checks_made(function, arguments)
+    repeated = sorted({entry for entry in made if made.count(entry) > 1})
+    assert not repeated, f"checked more than once: {repeated}"

@@ -49,7 +49,7 @@ class DecoderConfig:
         check_heads(self.embed_dim, self.num_heads)
         check_kv_heads(self.num_heads, self.num_kv_heads)
         check_rope_head_dim(self.head_dim, "the head size embed_dim // num_heads")
-        require_number("rope_base", self.rope_base, 1, strict=True)
+        require_number("rope_base (TinyDecoder's base)", self.rope_base, 1, strict=True)
         require_number("norm_eps", self.norm_eps, 0)
         if self.context_length is not None:
             require_int("context_length", self.context_length, 1)

@@ -151,6 +151,11 @@ class DecoderBlock(nn.Module):
         self.down_proj = nn.Linear(config.hidden_dim, config.embed_dim, bias=False)
 
     @property
+    def base(self):
+        """RoPE's base, read from the config."""
+        return self.config.rope_base
+
+    @property
     def window(self):
         return self.config.window
 
@@ -171,7 +176,7 @@ class DecoderBlock(nn.Module):
         v = _kernels.split_heads(layer.v_proj(x), layer.num_kv_heads)
         # rotate queries and keys in one call (keys once, then cached)
         q, k = _kernels.rotate(torch.cat([q, k], dim=1), positions,
-                               self.config.rope_base).split([q.shape[1], k.shape[1]], dim=1)
+                               self.base).split([q.shape[1], k.shape[1]], dim=1)
         # append to the cache: keys and values (batch, H_kv, S, d_h)
         key_positions = positions
         if cache is not None:

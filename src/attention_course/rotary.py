@@ -137,6 +137,11 @@ def _check_scaling_values(scaling):
                     scaling["original_max_position_embeddings"], 1)
     if "truncate" in scaling:
         require_instance("scaling['truncate']", scaling["truncate"], bool)
+    mscale, all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    if mscale and all_dim and _yarn_mscale(scaling["factor"], all_dim) == 0:
+        raise ValueError(f"scaling['mscale_all_dim'] = {all_dim!r} makes YaRN's attention "
+                         f"factor 0.1 * {all_dim!r} * ln(factor) + 1 zero at factor = "
+                         f"{scaling['factor']!r}: the attention factor divides by it")
 
 
 def _frequencies(head_dim, base, device, dtype, scaling=None, seq_len=None):
