@@ -1149,3 +1149,60 @@ def test_no_argument_is_checked_twice_on_one_path(qualified):
     made = checks_made(function, arguments)
     repeated = sorted({entry for entry in made if made.count(entry) > 1})
     assert not repeated, f"checked more than once: {repeated}"
+
+
+# ------------------------------------------------------------- Part V: bad input, completed
+# (issue 32's adversarial pass over chapters 15-17; the chunked forms of linear attention and the
+# delta rule on empty dimensions and on closed gates are tested in tests/test_linear.py:
+# test_chunked_forms_of_an_empty_dimension_equal_the_unchunked_ones and
+# test_a_decay_that_closes_the_gate_gives_the_formulas_finite_answer)
+
+# (weight, a wrong shape that leaves the sizes read from the other weights as they are)
+WRONG_DEEPSEEK_SHAPES = [("kv_a_proj_with_mqa.weight", (6, 15)), ("kv_b_proj.weight", (14, 5)),
+                         ("o_proj.weight", (16, 7)), ("q_a_proj.weight", (6, 15)),
+                         ("q_a_proj.weight", (5, 16)), ("q_b_proj.weight", (12, 7))]
+
+
+def full_rank_query_state_dict():
+    """deepseek_state_dict without a query latent: q_proj (2 * 6, 16)."""
+    state = {name: tensor for name, tensor in deepseek_state_dict().items()
+             if not name.startswith(("q_a_", "q_b_"))}
+    return {**state, "q_proj.weight": randn(12, 16)}
+
+
+@pytest.mark.parametrize("name, shape", WRONG_DEEPSEEK_SHAPES + [("q_proj.weight", (12, 15))])
+def test_from_deepseek_names_a_weight_of_the_wrong_shape(name, shape):
+    state = deepseek_state_dict() if name != "q_proj.weight" else full_rank_query_state_dict()
+    right = tuple(state[name].shape)
+    state[name] = randn(*shape)
+    with pytest.raises(ValueError) as raised:
+        latent.MultiHeadLatentAttention.from_deepseek(state, num_heads=2)
+    assert name in str(raised.value) and str(shape) in str(raised.value)
+    assert str(right) in str(raised.value)
+
+
+@pytest.mark.parametrize("name, shape", WRONG_DEEPSEEK_SHAPES)
+def test_sparse_from_deepseek_names_a_weight_of_the_wrong_shape(name, shape):
+    state = deepseek_v32_state_dict()
+    right = tuple(state[name].shape)
+    state[name] = randn(*shape)
+    with pytest.raises(ValueError) as raised:
+        sparse.DeepSeekSparseAttention.from_deepseek(state, num_heads=2, top_k=2)
+    assert name in str(raised.value) and str(shape) in str(raised.value)
+    assert str(right) in str(raised.value)
+
+
+@pytest.mark.parametrize("model_type, layer_types", [
+    ("gpt_oss", ["sliding_attention", "full_attention", "sliding_attention"]),
+    ("gpt_oss", ["sliding_attention"]),
+    ("gpt_oss", []),
+    ("qwen3_next", ["linear_attention"]),
+    ("qwen3_next", [])])
+def test_attention_costs_refuses_layer_types_that_disagree_with_the_layer_count(model_type,
+                                                                                layer_types):
+    """transformers' own configs refuse them (layer_type_validation); an empty list would
+    count zero layers."""
+    config = duck_typed_config()
+    config.model_type, config.layer_types = model_type, layer_types
+    with pytest.raises(ValueError, match="num_hidden_layers is 2|at least one layer"):
+        costs.attention_costs(config, seq_len=8)

@@ -1,7 +1,48 @@
 """Multi-head latent attention (chapter 15) against transformers' DeepseekV3Attention with the
 weights copied in (float64 to 1e-10: causal, and prefill then decode through the caches), against
 a brute-force loop over queries and heads built from the paper's formulas, and the absorbed path
-against the explicit one (1e-12); the latent cache's bytes; the stored reference of the chapter."""
+against the explicit one (1e-12); the latent cache's bytes; the stored reference of the chapter.
+
+What is tested, in the names of the paper and of transformers (the layer's sizes and weights):
+
+Arguments of MultiHeadLatentAttention (the paper's symbols; the names of transformers'
+DeepseekV3Config):
+
+- embed_dim   d, the model's width (hidden_size)
+- num_heads   n_h, the number of heads (num_attention_heads)
+- kv_rank     d_c, the size of the cached latent c (kv_lora_rank)
+- q_rank      d_c', the size of the queries' latent (q_lora_rank); None: the queries are
+              projected from h at full rank, with no query latent (DeepSeek-V2-Lite)
+- head_dim    d_h, each head's content query and key size (qk_nope_head_dim);
+              default embed_dim // num_heads
+- rope_dim    d_h^R, the size of the RoPE part of each query and of the shared RoPE key
+              (qk_rope_head_dim), even, >= 2; default head_dim // 2 (rounded down to an
+              even number, at least 2), as in DeepSeek-V2/V3
+- value_dim   each head's value size (v_head_dim); default head_dim
+- base        RoPE's base (rope_theta); plain RoPE (no YaRN scaling)
+- norm_eps    the epsilon of the two RMSNorms, on c and on c_Q (DeepSeek's 1e-6)
+
+The layer's weights (nn.Linear without bias, stored (out, in) as PyTorch does) and where
+`from_deepseek` finds them in a DeepseekV3Attention's state dict:
+
+- kv_down   W_DKV  (kv_rank, d)              kv_a_proj_with_mqa, its first kv_rank rows
+- k_rope    W_KR   (rope_dim, d)             kv_a_proj_with_mqa, its last rope_dim rows
+- kv_norm   RMSNorm(kv_rank)                 kv_a_layernorm
+- k_up      W_UK   (num_heads * head_dim, kv_rank)   kv_b_proj: per head, the first head_dim rows
+- v_up      W_UV   (num_heads * value_dim, kv_rank)  kv_b_proj: per head, the last value_dim rows
+- q_down    W_DQ   (q_rank, d)               q_a_proj        (None when q_rank is None)
+- q_norm    RMSNorm(q_rank)                  q_a_layernorm   (None when q_rank is None)
+- q_up      W_UQ   (num_heads * head_dim, q_rank or d)   q_b_proj (or q_proj): per head, the
+                                                          first head_dim rows
+- q_rope    W_QR   (num_heads * rope_dim, q_rank or d)   q_b_proj (or q_proj): per head, the
+                                                          last rope_dim rows
+- out_proj  W_O    (d, num_heads * value_dim)             o_proj
+
+RoPE pairs dimension i with i + rope_dim / 2, as `apply_rotary`. DeepSeek's checkpoints pair
+neighbours (2i, 2i + 1) instead (transformers' `rope_interleave=True`); `from_deepseek` reorders
+the rows of W_KR and W_QR to the half-split pairing, which gives the same scores and the same
+rotated keys that transformers caches.
+"""
 
 import math
 import pathlib

@@ -319,3 +319,48 @@ def test_an_empty_sequence_gives_an_empty_output_and_the_initial_state():
                                 chunk_size=chunk_size)
         assert out.shape == (2, 0, 3) and torch.equal(final, state)
         assert linear_attention(q, q, v, chunk_size=chunk_size).shape == (2, 0, 3)
+
+
+@pytest.mark.parametrize("empty", ["batch", "head", "d_k", "d_v"])
+def test_chunked_forms_of_an_empty_dimension_equal_the_unchunked_ones(empty):
+    sizes = dict(batch=2, head=3, n=5, d_k=4, d_v=3)
+    sizes[empty] = 0
+    b, h, n, d_k, d_v = sizes.values()
+    q, k, v = normal(b, h, n, d_k), normal(b, h, n, d_k, seed=1), normal(b, h, n, d_v, seed=2)
+    beta, g = gates(b, h, n, seed=3)
+    channels = -normal(b, h, n, d_k, seed=5).abs()
+    for decay in (None, g):
+        whole = linear_attention(q, k, v, log_decay=decay)
+        chunked = linear_attention(q, k, v, log_decay=decay, chunk_size=2)
+        assert chunked.shape == whole.shape == (b, h, n, d_v)
+        assert torch.equal(chunked, whole)                     # both empty, or both zero
+    for decay in (None, g, channels):
+        whole = delta_rule(q, k, v, beta, log_decay=decay)
+        chunked = delta_rule(q, k, v, beta, log_decay=decay, chunk_size=2)
+        for ours, theirs in zip(chunked, whole):
+            assert ours.shape == theirs.shape and torch.equal(ours, theirs)
+        assert whole[1].shape == (b, h, d_k, d_v)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("closed", [-math.inf, -3e38], ids=["-inf", "-3e38"])
+def test_a_decay_that_closes_the_gate_gives_the_formulas_finite_answer(closed, dtype):
+    """log gamma = -inf (or a finite -3e38, whose sums overflow float32) forgets everything
+    before it: every form gives the loops' answer, not NaN."""
+    q, k, v = normal(2, 7, 4), normal(2, 7, 4, seed=1), normal(2, 7, 3, seed=2)
+    beta, g = gates(2, 7, seed=3)
+    g[0, 2] = g[1, 5] = g[1, 6] = closed
+    channels = g[..., None].expand(-1, -1, 4).clone()
+    channels[0, 4, 1] = closed
+    tolerance = 1e-10 if dtype == F64 else 2e-4
+    expected = linear_attention_by_pairs(q, k, v, FEATURE_MAPS["elu"], log_decay=g)
+    cast = [t.to(dtype) for t in (q, k, v, beta, g, channels)]
+    for chunk_size in (None, 1, 2, 3):
+        ours = linear_attention(*cast[:3], log_decay=cast[4], chunk_size=chunk_size)
+        assert max_error(ours, expected) < tolerance
+    for decay, decay_cast in ((g, cast[4]), (channels, cast[5])):
+        expected, expected_state = delta_rule_by_tokens(q, k, v, beta, decay)
+        for chunk_size in (None, 2, 3):
+            ours, state = delta_rule(*cast[:4], log_decay=decay_cast, chunk_size=chunk_size)
+            assert max_error(ours, expected) < tolerance
+            assert max_error(state, expected_state) < tolerance

@@ -3,7 +3,70 @@ loop over (t, s, j) built from the formula (float64, 1e-12), its selection again
 DeepseekV32Indexer with the weights copied in; the whole layer against transformers'
 DeepseekV32Attention (float64, 1e-10, SDPA and eager, the top-k folded into the mask), sparse
 and dense; top_k_mask against a sort; MultiHeadLatentAttention's attn_mask against a brute-force
-MLA; the parameter count at DeepSeek-V3.2's published shape; bad input."""
+MLA; the parameter count at DeepSeek-V3.2's published shape; bad input.
+
+What is tested, in the symbols of the paper and of transformers:
+
+- x_t         the input of token t (embed_dim = d numbers)
+- c_t         the query latent of MLA, c_t = RMSNorm(W_DQ x_t) (q_rank = d_c' numbers); the
+              indexer reads it and adds no query latent of its own
+- q_tj        the indexer's query of head j, the j-th block of W_IQ c_t (d_I numbers)
+- k_s         the indexer's key of token s, LayerNorm(W_IK x_s) (d_I numbers), one for all
+              indexer heads (so the indexer caches d_I numbers a token)
+- eta_tj      the weight of head j for query t, (W_w x_t)_j / sqrt(H_I): a learnt number of
+              either sign, so a head can vote for a token or against it
+- H_I, d_I    the indexer's heads and head size (index_heads, index_head_dim; DeepSeek-V3.2:
+              64 and 128)
+- ReLU        max(0, .): a head whose query and key point apart gives 0, not a negative vote
+
+RoPE turns the first rope_dim dimensions of each q_tj (by t) and of k_s (by s), the rest carry
+no position; rope_dim is MLA's d_h^R. The indexer pairs dimension i with i + rope_dim / 2, as
+`apply_rotary` (transformers' DeepseekV32Indexer does the same; MLA's own RoPE rows come from
+DeepSeek's checkpoints interleaved, see `attention_course.latent`). The paper writes I_ts
+without the two scales 1 / sqrt(d_I) and 1 / sqrt(H_I): they are those of the released code
+and of transformers, and change the scores but not which tokens are selected. DeepSeek's kernel
+also rotates q and k by a Hadamard matrix (orthogonal: the dot products stay) and rounds them to
+8-bit floats; here they stay in the dtype of the computation. The causal rule is part of the
+scores: I_ts = -inf for s > t.
+
+Arguments (transformers' DeepseekV32Config names in brackets):
+
+- LightningIndexer(embed_dim, q_rank, num_heads, head_dim, rope_dim, base): d, d_c', H_I
+  (index_n_heads), d_I (index_head_dim), the rotated part of each q_tj and k_s
+  (qk_rope_head_dim, even, at most d_I) and RoPE's base (rope_theta; plain RoPE, no YaRN).
+- DeepSeekSparseAttention(embed_dim, num_heads, kv_rank, q_rank, top_k, index_heads,
+  index_head_dim, head_dim, rope_dim, value_dim, base, norm_eps): MultiHeadLatentAttention's
+  arguments (q_rank required: the indexer reads c_t), k (index_topk), H_I and d_I; the indexer
+  takes MLA's rope_dim and base.
+
+The indexer's weights (nn.Linear without bias, stored (out, in)) and where `from_deepseek` finds
+them in a DeepseekV32Indexer's state dict (a DeepseekV32Attention's, under "indexer."):
+
+- q_up          W_IQ  (H_I * d_I, d_c')   wq_b
+- k_proj        W_IK  (d_I, d)            wk
+- k_norm        LayerNorm(d_I), eps 1e-6  k_norm (weight and bias)
+- head_weights  W_w   (H_I, d)            weights_proj
+
+Results: LightningIndexer.forward(x (batch, L, d), q_latent (batch, L, d_c'), positions=None) ->
+index_scores (batch, L, L), computed and returned in float32 for float16/bfloat16 inputs (as
+transformers does: rounded to bfloat16's 8 significant bits, scores would tie and the selection
+would turn on the rounding), in the input dtype otherwise. top_k_mask(index_scores, k) -> bool,
+True at each row's k largest scores. DeepSeekSparseAttention.forward(x, absorb=False) -> (output
+(batch, L, d), weights (batch, num_heads, L, L), selected (batch, L, L) bool): the causal MLA of
+`attention_course.latent` where query t may attend only to the tokens selected for it. One
+selection serves every head of MLA (DeepSeek-V3.2 runs MLA in its absorbed, MQA-like form, one
+key per token shared by the heads, so a selected token is one latent to read). With k >= L every
+earlier token is selected and the layer is plain MLA.
+
+Cost per query at context length n, with MLA's n_h heads, latent size d_c (kv_rank) and RoPE
+size d_R (rope_dim): the indexer scores every earlier token, n * H_I * d_I multiply-adds, and
+attention reads k tokens instead of n: O(n * H_I * d_I + k * n_h * (d_c + d_R)) in the absorbed
+form, against O(n * n_h * (d_c + d_R)) for MLA. The indexer is cheap per token (DeepSeek-V3.2:
+H_I * d_I = 8,192 against n_h (d_c + d_R) = 73,728, in 8-bit floats, with no softmax) but still
+quadratic in n over a sequence, with a far smaller constant. This module computes the maths, not
+the savings: the selection is a mask over all n keys (what transformers' eager path does too); a
+sparse kernel (DeepSeek's FlashMLA) gathers the k selected latents instead.
+"""
 
 import contextlib
 import math

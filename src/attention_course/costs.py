@@ -1,114 +1,16 @@
 """What a model's attention costs per generated token (chapter 17): the memory
 its caches hold for one sequence and the arithmetic of one decoding step.
 
-`hybrid_cache_bytes` counts the KV cache of a stack of full and sliding-window
-layers; `attention_costs(config, seq_len)` reads a `transformers` config
-(duck-typed by `config.model_type`; the package does not import transformers)
-and returns an `AttentionCosts` record, layer by layer.
-
-Symbols: n tokens in the sequence (`seq_len`), the newest one included; H
-query heads, H_kv key-value heads, d_h the size of a head's queries and keys,
-d_v of its values; w a sliding window; b bytes per number
-(`bytes_per_element`: 2 for bfloat16, 4 for float32) and b_s the bytes of a
-linear layer's state (`state_bytes_per_element`).
-
-Layer kinds and what each holds for one sequence (`cache_bytes`):
-
-- "full": softmax attention over every token, a key and a value of H_kv d_h
-  numbers per token: 2 n H_kv d_h b bytes (`kv_cache_bytes`, chapter 9).
-- "sliding": the same over the last w tokens only, min(n, w) tokens. The
-  window is transformers' `sliding_window`: a query reads itself and the
-  w - 1 tokens before it (its mask allows key s for query t when t - w < s <=
-  t). Between two steps transformers' `DynamicSlidingWindowLayer` keeps w - 1
-  tokens (the next query brings the w-th); this module counts the w that the
-  step reads, as it counts n, the newest token's key and value included, for
-  a full layer.
-- "latent": multi-head latent attention (MLA; DeepSeek-V2, V3; Kimi Linear's
-  attention layers, there without RoPE): per token a latent c of d_c numbers
-  (`kv_lora_rank`) and one RoPE key of d_R (`qk_rope_head_dim`) shared by the
-  heads: n (d_c + d_R) b bytes (`latent_cache_bytes`, chapter 15), which is
-  what transformers caches.
-- "sparse latent": DeepSeek Sparse Attention (DSA, DeepSeek-V3.2): MLA whose
-  query reads only the k = min(`index_topk`, n) keys that a lightning indexer
-  picks. Its cache is MLA's plus the indexer's key of d_I (`index_head_dim`)
-  numbers per token: n (d_c + d_R + d_I) b bytes. (The indexer keys are
-  counted at b bytes, as transformers holds them; serving engines such as
-  LightLLM keep them in FP8 with float32 scales per block.)
-- "linear": a gated delta rule layer (Qwen3-Next's Gated DeltaNet, Kimi
-  Linear's KDA) of H_s heads, each with a state of d_k x d_v numbers, plus the
-  window of its short causal convolution over q, k and v: K inputs of C
-  channels (K = `linear_conv_kernel_dim`; C = 2 H_k d_k + H_s d_v for
-  Qwen3-Next, whose H_k = `linear_num_key_heads` query-key heads serve H_s =
-  `linear_num_value_heads` value heads; C = 3 H_s d for Kimi Linear, d_k = d_v
-  = d = `linear_head_dim`): H_s d_k d_v b_s + K C b bytes, whatever n. These
-  are the shapes transformers allocates (its state in float32, the window in
-  the model's dtype; chapter 16). The next step reads K - 1 of the K inputs.
-
-Which layer is which, read from the config as transformers' modeling code
-reads it:
-
-- "llama": every layer full (its config has no `layer_types`).
-- "qwen3", "gemma3_text", "gpt_oss": `config.layer_types`, with
-  `sliding_window` for the sliding layers. Qwen3's config derives it: layer i
-  slides when `use_sliding_window` is true and i >= `max_window_layers` (its
-  `sliding_window` is None otherwise; the released Qwen3 checkpoints do not
-  slide). Gemma 3: five sliding layers, then a full one; gpt-oss: sliding and
-  full alternately, sliding first, w = 128.
-- "deepseek_v3": every layer MLA ("latent"); the multi-token-prediction
-  module, used for speculative decoding, is not counted.
-- "deepseek_v32": every layer DSA ("sparse latent").
-- "qwen3_next": `layer_types` "linear_attention" (Gated DeltaNet) and
-  "full_attention" (gated softmax attention with GQA: "full").
-- "kimi_linear": "linear_attention" (KDA) and "full_attention", which is MLA
-  without RoPE: "latent".
-
-Arithmetic (`flops_per_token`): the attention core of ONE new token reading a
-context of n tokens (its own included), in every layer: 2 FLOPs per
-multiply-add, projections excluded (W_Q, W_K, W_V, W_O, MLA's down and up
-projections, the indexer's W_Q and weights, the gates). Not counted either: the
-softmax (max, exp, sum, division), the 1/sqrt(d) scale, masks, gpt-oss's sink
-logit, normalisations, the indexer's ReLU and its top-k selection:
-elementwise work that FLOP counts of matrix products leave out. Per layer:
-
-- "full": scores q . k over n keys, 2 n H d_h, and the weighted sum of values,
-  2 n H d_v: 2 n H (d_h + d_v). Query heads count, not KV heads: grouped
-  queries share keys, not arithmetic.
-- "sliding": the same with min(n, w) keys.
-- "latent", `mla_path="absorbed"` (the default; DeepSeek-V2's decoding): W_UK
-  folded into each head's query and W_UV applied after the weighted sum, so a
-  head's keys are the latents with the shared RoPE key, (c, k_R), and its
-  values the latents: scores 2 n H (d_c + d_R), weighted sum 2 n H d_c. The
-  two absorption products themselves, q_h^T W_UK^(h) and W_UV^(h) applied to
-  the weighted latent, are NOT included: like projections they cost a
-  constant per token, 2 H d_c (d_h + d_v) (as much as expanding one token's
-  latent), and a deployment can fold them into W_Q and W_O.
-- "latent", `mla_path="expanded"`: what transformers runs (explicit MLA from a
-  latent cache): every cached latent expanded into H keys and values at every
-  step, 2 n d_c H (d_h + d_v), then attention with keys of d_h + d_R and
-  values of d_v, 2 n H (d_h + d_R + d_v).
-- "sparse latent": the indexer scores all n keys with H_I heads
-  (`index_n_heads`) of d_I numbers, 2 n H_I d_I, and sums the heads' ReLU'd
-  scores with per-head weights, 2 n H_I; then MLA (either path) over
-  k = min(index_topk, n) keys. transformers' eager code runs dense MLA over
-  all n keys with a mask instead; the sparse count is what DSA needs.
-- "linear": a constant, per head (the state S, d_k x d_v; transformers'
-  `torch_recurrent_gated_delta_rule`, `recurrent_kimi_delta_attention`):
-  decay S <- gamma S, d_k d_v multiplications (gamma one number per head for
-  Gated DeltaNet, one per key channel for KDA); state read S^T k, 2 d_k d_v;
-  delta correction delta = beta (v - S^T k), 2 d_v; state update
-  S <- S + k delta^T, 2 d_k d_v; output read S^T q, 2 d_k d_v. In all
-  H_s (7 d_k d_v + 2 d_v). Not counted: the L2 normalisation of q and k, q's
-  1/sqrt(d_k), exp of the gates, the output norm and gate, and the short
-  convolution (2 K C per token, a per-token constant like the projections).
-
-Sources: the configs and modeling files of transformers 5 (DeepseekV3,
-DeepseekV32, Qwen3Next, KimiLinear, GptOss, Gemma3, Qwen3, Llama);
-DeepSeek-AI, "DeepSeek-V2" (2024, MLA and its absorbed form) and
-"DeepSeek-V3.2-Exp" (2025, DSA's lightning indexer); Yang, Kautz and
-Hatamizadeh, "Gated Delta Networks" (ICLR 2025); Kimi Team, "Kimi Linear"
-(2025); OpenAI, "gpt-oss-120b & gpt-oss-20b model card" (2025); Gemma Team,
-"Gemma 3 technical report" (2025); Kaplan et al., "Scaling laws for neural
-language models" (2020), for 2 FLOPs per multiply-add and the attention term.
+Notable:
+- `attention_costs(config, seq_len)` reads a `transformers` config (duck-typed
+  by `config.model_type`; the package does not import transformers) and
+  returns an `AttentionCosts` record, layer by layer, for five layer kinds:
+  full and sliding softmax attention, MLA ("latent"), DeepSeek Sparse
+  Attention ("sparse latent") and gated delta rule layers ("linear");
+- `hybrid_cache_bytes` counts the KV cache of full and sliding-window layers;
+- FLOPs count the attention core of one new token (2 per multiply-add),
+  projections excluded. Every term and convention, with its source:
+  tests/test_costs.py, which checks them against transformers itself.
 """
 
 import dataclasses
@@ -130,7 +32,7 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen3", "gemma3_text", "gpt_oss",
 class AttentionCosts:
     """attention_costs' answer for one sequence of `seq_len` tokens: per layer
     its kind (LAYER_KINDS), cache bytes and FLOPs of one decoding step; and
-    their sums, `cache_bytes` and `flops_per_token`."""
+    their sums, `cache_bytes` and `flops_per_token`. Chapter 17."""
 
     model_type: str
     seq_len: int
@@ -178,8 +80,8 @@ def attention_costs(config, seq_len, *, bytes_per_element=2,
     sequence of seq_len tokens: each layer's kind, the bytes its cache holds
     (b = bytes_per_element; b_s = state_bytes_per_element for linear layers'
     states) and the FLOPs of one new token's attention (MLA on `mla_path`,
-    "absorbed" or "expanded"). Every term and convention: the module's
-    docstring, `help(attention_course.costs)`."""
+    "absorbed" or "expanded"); config.layer_types, where the model has them,
+    must list config.num_hidden_layers layers. Chapter 17."""
     model_type = _model_type(config)
     for name, value in (("seq_len", seq_len),
                         ("bytes_per_element", bytes_per_element),
@@ -260,10 +162,16 @@ def _layer_kinds(config, model_type):
             raise ValueError(f"config.layer_types must list "
                              f"{tuple(names)} for {model_type}, "
                              f"got {layer_types!r}")
-        return [names[name] for name in layer_types]
-    if layer_types is None:                 # Llama: every layer is full
+        kinds = [names[name] for name in layer_types]
+    elif layer_types is None:               # Llama: every layer is full
         return ["full"] * layers
-    return _hybrid_kinds(layer_types, "config.layer_types")
+    else:
+        kinds = _hybrid_kinds(layer_types, "config.layer_types")
+    if len(kinds) != layers:                # as transformers' configs check
+        raise ValueError(f"config.layer_types names {len(kinds)} layers, "
+                         f"config.num_hidden_layers is {layers}: they must "
+                         "agree")
+    return kinds
 
 
 # ------------------------------------------------------- one layer's costs

@@ -1,64 +1,15 @@
-"""Multi-head latent attention, MLA (DeepSeek-AI 2024, DeepSeek-V2; also DeepSeek-V3; chapter 15).
+"""Multi-head latent attention, MLA (DeepSeek-AI 2024, DeepSeek-V2 and V3; chapter 15).
 
-A multi-head layer caches every head's keys and values; grouped-query attention shares them
-between heads (chapter 9). MLA compresses instead: each token's input h (embed_dim numbers) is
-projected down to one latent vector c = RMSNorm(W_DKV h) of kv_rank numbers, from which every
-head's content key W_UK^(i) c and value W_UV^(i) c are projected up again. The cache holds c,
-plus one small RoPE key shared by all heads (the "decoupled" RoPE part: a rotation between
-W_UK and the query would stop W_UK from being folded into the query). Queries go through a
-low-rank path of their own, c_Q = RMSNorm(W_DQ h), q = W_UQ c_Q (content) and W_QR c_Q (RoPE).
-Head i scores key j with
-
-    (q_content_i . k_content_ij + q_rope_i . k_rope_j) / sqrt(head_dim + rope_dim).
-
-Arguments of MultiHeadLatentAttention (the paper's symbols; the names of transformers'
-DeepseekV3Config):
-
-- embed_dim   d, the model's width (hidden_size)
-- num_heads   n_h, the number of heads (num_attention_heads)
-- kv_rank     d_c, the size of the cached latent c (kv_lora_rank)
-- q_rank      d_c', the size of the queries' latent (q_lora_rank); None: the queries are
-              projected from h at full rank, with no query latent (DeepSeek-V2-Lite)
-- head_dim    d_h, each head's content query and key size (qk_nope_head_dim);
-              default embed_dim // num_heads
-- rope_dim    d_h^R, the size of the RoPE part of each query and of the shared RoPE key
-              (qk_rope_head_dim), even, >= 2; default head_dim // 2 (rounded down to an
-              even number, at least 2), as in DeepSeek-V2/V3
-- value_dim   each head's value size (v_head_dim); default head_dim
-- base        RoPE's base (rope_theta); plain RoPE (no YaRN scaling)
-- norm_eps    the epsilon of the two RMSNorms, on c and on c_Q (DeepSeek's 1e-6)
-
-The layer's weights (nn.Linear without bias, stored (out, in) as PyTorch does) and where
-`from_deepseek` finds them in a DeepseekV3Attention's state dict:
-
-- kv_down   W_DKV  (kv_rank, d)              kv_a_proj_with_mqa, its first kv_rank rows
-- k_rope    W_KR   (rope_dim, d)             kv_a_proj_with_mqa, its last rope_dim rows
-- kv_norm   RMSNorm(kv_rank)                 kv_a_layernorm
-- k_up      W_UK   (num_heads * head_dim, kv_rank)   kv_b_proj: per head, the first head_dim rows
-- v_up      W_UV   (num_heads * value_dim, kv_rank)  kv_b_proj: per head, the last value_dim rows
-- q_down    W_DQ   (q_rank, d)               q_a_proj        (None when q_rank is None)
-- q_norm    RMSNorm(q_rank)                  q_a_layernorm   (None when q_rank is None)
-- q_up      W_UQ   (num_heads * head_dim, q_rank or d)   q_b_proj (or q_proj): per head, the
-                                                          first head_dim rows
-- q_rope    W_QR   (num_heads * rope_dim, q_rank or d)   q_b_proj (or q_proj): per head, the
-                                                          last rope_dim rows
-- out_proj  W_O    (d, num_heads * value_dim)             o_proj
-
-RoPE pairs dimension i with i + rope_dim / 2, as `apply_rotary`. DeepSeek's checkpoints pair
-neighbours (2i, 2i + 1) instead (transformers' `rope_interleave=True`); `from_deepseek` reorders
-the rows of W_KR and W_QR to the half-split pairing, which gives the same scores and the same
-rotated keys that transformers caches.
-
-forward(x (batch, L, embed_dim), cache=None, absorb=False, attn_mask=None) -> (output (batch,
-L, embed_dim), weights (batch, num_heads, L, S)): causal self-attention; with a LatentCache the
-L tokens continue the cached ones (positions cache.seen onwards) and attend to them too.
-absorb=False is the explicit path (every key and value projected up from the latents, as
-transformers does); absorb=True folds W_UK into the query and applies W_UV after the weighted
-sum of latents, so that attention runs over the cached latents themselves. Both give the same
-output. attn_mask, a bool tensor broadcastable to (batch, num_heads, L, S), True where a query
-may attend to a key, further restricts the causal mask (both must allow a key): DeepSeek Sparse
-Attention passes the keys its indexer selects (`attention_course.sparse`). A query left with no
-allowed key gets weights 0 and an output of 0.
+Notable:
+- the cache holds one latent c = RMSNorm(W_DKV x) of kv_rank numbers per token, plus one
+  small RoPE key shared by all heads (decoupled RoPE), instead of every head's keys and values;
+- `forward(..., absorb=True)` folds W_UK into the queries and applies W_UV after the weighted
+  sum, so attention runs over the cached latents themselves (the same output);
+- `from_deepseek` reads transformers' DeepseekV3Attention state dict (names and shapes:
+  tests/test_latent.py) and reorders DeepSeek's interleaved RoPE rows to the half-split
+  pairing of `apply_rotary`;
+- `attn_mask` further restricts the causal mask: DeepSeek Sparse Attention passes the keys its
+  indexer selects (`attention_course.sparse`, chapter 17).
 """
 
 import collections.abc
@@ -69,9 +20,9 @@ from torch import nn
 
 from . import _kernels
 from ._shapes import (
+    broadcast_shape,
     check_positions,
     check_sequence,
-    broadcast_shape,
     require_dtype_of,
     require_float,
     require_instance,
@@ -79,10 +30,7 @@ from ._shapes import (
     require_number,
     require_tensor,
     shape_of,
-    type_name,
 )
-from .attention import scaled_dot_product_attention
-from .masking import decoding_mask
 from .rotary import interleaved_to_half_split
 
 
@@ -93,7 +41,8 @@ class LatentCache:
     update(latent (batch, t, kv_rank), rope_key (batch, t, rope_dim)) appends them and returns
     everything held, (batch, held + t, kv_rank) and (batch, held + t, rope_dim). As KVCache:
     `len(cache)` tokens held, `seen` the tokens appended (the position of the next one),
-    `key_positions` the positions (S,) of what the last update returned, `nbytes` the bytes held.
+    `key_positions` the positions (S,) of what the last update returned, `nbytes` the bytes
+    held. Chapter 15.
     """
 
     def __init__(self):
@@ -108,7 +57,9 @@ class LatentCache:
     def nbytes(self):
         if self.latents is None:
             return 0
-        return (self.latents.numel() + self.rope_keys.numel()) * self.latents.element_size()
+        return (
+            self.latents.numel() + self.rope_keys.numel()
+        ) * self.latents.element_size()
 
     def _check(self, latent, rope_key):
         require_float("latent", latent, 3)
@@ -119,21 +70,30 @@ class LatentCache:
                 f"latent {shape_of(latent)} ({latent.dtype}, {latent.device}) and rope_key "
                 f"{shape_of(rope_key)} ({rope_key.dtype}, {rope_key.device}) must be "
                 "(batch, t, kv_rank) and (batch, t, rope_dim), of one dtype and device")
-        if self.latents is not None:
-            held = self.latents
-            if (latent.shape[0] != held.shape[0] or latent.shape[2] != held.shape[2]
-                    or rope_key.shape[2] != self.rope_keys.shape[2]
-                    or latent.dtype != held.dtype or latent.device != held.device):
-                raise ValueError(
-                    f"latent {shape_of(latent)} and rope_key {shape_of(rope_key)} "
-                    f"({latent.dtype}, {latent.device}) do not match the cache "
-                    f"{shape_of(held)}, {shape_of(self.rope_keys)} ({held.dtype}, "
-                    f"{held.device}): batch, kv_rank, rope_dim, dtype and device must stay")
+        self._check_fits(latent, rope_key)
+
+    def _check_fits(self, latent, rope_key):
+        """Raise ValueError unless latent and rope_key (a pair of one batch, length, dtype and
+        device) continue what the cache holds."""
+        held = self.latents
+        if held is not None and (
+                latent.shape[0] != held.shape[0] or latent.shape[2] != held.shape[2]
+                or rope_key.shape[2] != self.rope_keys.shape[2]
+                or latent.dtype != held.dtype or latent.device != held.device):
+            raise ValueError(
+                f"latent {shape_of(latent)} and rope_key {shape_of(rope_key)} "
+                f"({latent.dtype}, {latent.device}) do not match the cache "
+                f"{shape_of(held)}, {shape_of(self.rope_keys)} ({held.dtype}, "
+                f"{held.device}): batch, kv_rank, rope_dim, dtype and device must stay")
 
     def update(self, latent, rope_key):
         """Append latent (batch, t, kv_rank) and rope_key (batch, t, rope_dim); return all
-        latents and RoPE keys held, (batch, S, kv_rank) and (batch, S, rope_dim)."""
+        latents and RoPE keys held, (batch, S, kv_rank) and (batch, S, rope_dim). Chapter 15."""
         self._check(latent, rope_key)
+        return self._append(latent, rope_key)
+
+    def _append(self, latent, rope_key):
+        """update for latents and RoPE keys the caller's layer made (and so trusts)."""
         if self.latents is None:
             self.latents, self.rope_keys = latent, rope_key
         else:
@@ -167,14 +127,19 @@ def _check_sizes(embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, valu
 
 class MultiHeadLatentAttention(nn.Module):
     """DeepSeek's multi-head latent attention (DeepSeek-AI 2024): a low-rank latent KV cache,
-    decoupled RoPE, and an absorbed path; arguments and weights documented in the module
-    (`help(attention_course.latent)`).
+    decoupled RoPE, and an absorbed path. Sizes in the paper's symbols (transformers'
+    DeepseekV3Config names): embed_dim d (hidden_size), num_heads n_h, kv_rank d_c
+    (kv_lora_rank), q_rank d_c' (q_lora_rank; None: full-rank queries, as DeepSeek-V2-Lite),
+    head_dim d_h (qk_nope_head_dim; default embed_dim // num_heads), rope_dim d_h^R
+    (qk_rope_head_dim, even; default head_dim // 2 made even), value_dim (v_head_dim; default
+    head_dim), base (rope_theta; plain RoPE), norm_eps (the two RMSNorms').
 
     forward(x (batch, L, embed_dim), cache=None, absorb=False, attn_mask=None) -> (output
     (batch, L, embed_dim), weights (batch, num_heads, L, S)), causal; with a LatentCache the new
     tokens continue the cached ones; attn_mask (bool, broadcastable to (batch, num_heads, L, S),
-    True = may attend) is AND-ed with the causal mask. Equal to transformers'
-    DeepseekV3Attention with the same weights (`from_deepseek`).
+    True = may attend) is AND-ed with the causal mask (a query left with no key gets zeros).
+    Equal to transformers' DeepseekV3Attention with the same weights (`from_deepseek`).
+    Chapter 15.
     """
 
     def __init__(self, embed_dim, num_heads, kv_rank, q_rank=None, head_dim=None,
@@ -206,27 +171,32 @@ class MultiHeadLatentAttention(nn.Module):
     def project_latent(self, x, positions=None):
         """What the cache stores for x (batch, L, embed_dim) at positions (L,) (default
         0..L-1): latents c (batch, L, kv_rank), RMS-normalised, and the RoPE keys shared by
-        all heads (batch, L, rope_dim), rotated by their positions."""
+        all heads (batch, L, rope_dim), rotated by their positions. Chapter 15."""
         return self._project_latent(x, self._check_x(x, positions))
 
     def _project_latent(self, x, positions):
+        # c = RMSNorm(W_DKV x): the latent, the one thing cached per token besides k_R
         latent = self.kv_norm(self.kv_down(x))                      # (batch, L, d_c)
+        # k_R = RoPE(W_KR x): one RoPE key shared by every head
         return latent, _kernels.rotate(self.k_rope(x), positions, self.base)  # (batch, L, d_R)
 
     def project_queries(self, x, positions=None):
         """Queries of x (batch, L, embed_dim) at positions (L,): the content part (batch,
-        num_heads, L, head_dim) and the RoPE part (batch, num_heads, L, rope_dim), rotated."""
+        num_heads, L, head_dim) and the RoPE part (batch, num_heads, L, rope_dim), rotated.
+        Chapter 15."""
         return self._project_queries(x, self._check_x(x, positions))
 
     def _project_queries(self, x, positions):
+        # c_Q = RMSNorm(W_DQ x), the queries' own latent (or x itself without q_rank)
         source = x if self.q_down is None else self.q_norm(self.q_down(x))  # (b, L, d_c')
+        # q_C = W_UQ c_Q per head (content); q_R = RoPE(W_QR c_Q) per head
         content = _kernels.split_heads(self.q_up(source), self.num_heads)     # (b, H, L, d_h)
         rope = _kernels.split_heads(self.q_rope(source), self.num_heads)      # (b, H, L, d_R)
         return content, _kernels.rotate(rope, positions, self.base)
 
     def expand(self, latents):
         """Latents (batch, S, kv_rank) -> every head's content keys (batch, num_heads, S,
-        head_dim) and values (batch, num_heads, S, value_dim): W_UK c and W_UV c."""
+        head_dim) and values (batch, num_heads, S, value_dim): W_UK c and W_UV c. Chapter 15."""
         require_float("latents", latents, 3)
         if latents.shape[-1] != self.kv_rank:
             raise ValueError(f"latents {shape_of(latents)} must be (batch, S, "
@@ -235,6 +205,7 @@ class MultiHeadLatentAttention(nn.Module):
         return self._expand(latents)
 
     def _expand(self, latents):
+        # k_C = W_UK c and v = W_UV c, per head
         return (_kernels.split_heads(self.k_up(latents), self.num_heads),
                 _kernels.split_heads(self.v_up(latents), self.num_heads))
 
@@ -244,37 +215,50 @@ class MultiHeadLatentAttention(nn.Module):
         positions = self._check_x(x, None, cache)
         held = 0 if cache is None else len(cache)
         self._check_mask(attn_mask, x, held + x.shape[1])             # before the cache grows
+        return self._attend(x, positions, cache, absorb, attn_mask)
+
+    def _attend(self, x, positions, cache, absorb, attn_mask):
+        """forward for checked arguments (DeepSeekSparseAttention calls it with its mask)."""
+        # what the cache keeps: c = RMSNorm(W_DKV x) and k_R = RoPE(W_KR x)
         latents, rope_keys = self._project_latent(x, positions)  # (b, L, d_c), (b, L, d_R)
+        # the queries: content q_C = W_UQ c_Q and q_R = RoPE(W_QR c_Q), per head
         q_content, q_rope = self._project_queries(x, positions)  # (b, H, L, d_h), (..., d_R)
         key_positions = positions
         if cache is not None:
-            latents, rope_keys = cache.update(latents, rope_keys)    # (b, S, ...)
+            cache._check_fits(latents, rope_keys)
+            latents, rope_keys = cache._append(latents, rope_keys)   # (b, S, ...)
             key_positions = cache.key_positions.to(x.device)
-        allowed = decoding_mask(positions, key_positions)             # (L, S)
+        # causal: query t sees key s <= t; AND the caller's mask
+        allowed = _kernels.allowed_by_position(positions, key_positions)    # (L, S)
         if attn_mask is not None:
             allowed = allowed & attn_mask.to(x.device)          # (.., L, S) up to (b, H, L, S)
         attend = self._attend_absorbed if absorb else self._attend_explicit
         heads, weights = attend(q_content, q_rope, latents, rope_keys, allowed)
-        return self.out_proj(_kernels.merge_heads(heads)), weights         # (b, L, d), (b, H, L, S)
+        # output W_O [head_1, ..., head_H]
+        return self.out_proj(_kernels.merge_heads(heads)), weights   # (b, L, d), (b, H, L, S)
 
     def _attend_explicit(self, q_content, q_rope, latents, rope_keys, allowed):
         """Every head's keys and values projected up from the latents, then attention."""
+        # k_C = W_UK c, v = W_UV c: every cached latent expanded, for every head
         k_content, values = self._expand(latents)             # (b, H, S, d_h), (b, H, S, d_v)
+        # k = [k_C; k_R] with k_R shared by the heads, q = [q_C; q_R]
         shared = rope_keys[:, None].expand(-1, self.num_heads, -1, -1)  # (b, H, S, d_R)
         query = torch.cat([q_content, q_rope], dim=-1)        # (b, H, L, d_h + d_R)
         key = torch.cat([k_content, shared], dim=-1)          # (b, H, S, d_h + d_R)
-        return scaled_dot_product_attention(query, key, values, attn_mask=allowed,
-                                            scale=self.scale)
+        # softmax((q_C . k_C + q_R . k_R) / sqrt(d_h + d_R)) v
+        return _kernels.attend(query, key, values, allowed, False, self.scale)
 
     def _attend_absorbed(self, q_content, q_rope, latents, rope_keys, allowed):
         """W_UK folded into the query, W_UV applied after the weighted sum: one key per
         token, (c, k_rope), shared by every head, and the latents as values."""
         w_uk = self.k_up.weight.view(self.num_heads, self.head_dim, self.kv_rank)
         w_uv = self.v_up.weight.view(self.num_heads, self.value_dim, self.kv_rank)
+        # q_C . (W_UK c) = (q_C W_UK) . c: the query absorbs W_UK, the key is c itself
         query = torch.cat([q_content @ w_uk, q_rope], dim=-1)      # (b, H, L, d_c + d_R)
         key = torch.cat([latents, rope_keys], dim=-1)[:, None]     # (b, 1, S, d_c + d_R)
-        mixed, weights = scaled_dot_product_attention(
-            query, key, latents[:, None], attn_mask=allowed, scale=self.scale)  # (b,H,L,d_c)
+        # the weighted sum of latents sum_s p_s c_s, then W_UV: = sum_s p_s (W_UV c_s)
+        mixed, weights = _kernels.attend(query, key, latents[:, None], allowed, False,
+                                         self.scale)                # (b, H, L, d_c)
         return mixed @ w_uv.transpose(1, 2), weights                # (b, H, L, d_v)
 
     def _check_mask(self, attn_mask, x, n_keys):
@@ -309,11 +293,11 @@ class MultiHeadLatentAttention(nn.Module):
         `interleaved` (DeepSeek's checkpoints, transformers' rope_interleave=True): the RoPE
         rows pair neighbours (2i, 2i + 1) and are reordered to the half-split pairing. RoPE is
         plain (no YaRN scaling); a state dict with biases (attention_bias=True) is refused. The
-        layer lives on the device and in the dtype of the weights."""
+        layer lives on the device and in the dtype of the weights. Chapter 15."""
         require_instance("state_dict", state_dict, collections.abc.Mapping,
                          "a mapping of DeepseekV3Attention's weight names to tensors")
         require_int("num_heads", num_heads, 1)
-        weights = _deepseek_weights(state_dict, num_heads)
+        weights = _deepseek_weights(state_dict)
         kv_rank, rope_dim, head_dim, value_dim, q_rank = _deepseek_sizes(weights, num_heads)
         like = weights["o_proj.weight"]
         layer = cls(like.shape[0], num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim,
@@ -349,9 +333,9 @@ _DEEPSEEK_QUERY_NAMES = (("q_a_proj.weight", "q_a_layernorm.weight", "q_b_proj.w
                          ("q_proj.weight",))
 
 
-def _deepseek_weights(state_dict, num_heads):
+def _deepseek_weights(state_dict):
     """The state dict's tensors, checked: the names of one attention layer, matrices and
-    vectors of one floating dtype."""
+    vectors (the norms') of one floating dtype."""
     query_names = next((names for names in _DEEPSEEK_QUERY_NAMES
                         if all(name in state_dict for name in names)), None)
     missing = [name for name in _DEEPSEEK_NAMES if name not in state_dict]
@@ -363,29 +347,19 @@ def _deepseek_weights(state_dict, num_heads):
     if biases:
         raise ValueError(f"state_dict holds biases {biases}: the layer has none "
                          "(attention_bias=True is not supported)")
-    return _state_tensors(state_dict, _DEEPSEEK_NAMES + query_names, "layernorm")
-
-
-def _state_tensors(state_dict, names, norm_marker):
-    """The tensors of state_dict under `names`, checked: floating, of rank 1 for a norm's
-    weight (a name that contains norm_marker) and 2 for a projection's, all in one dtype."""
-    weights = {}
-    for name in names:
-        tensor = state_dict[name]
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"state_dict[{name!r}] must be a torch.Tensor, got "
-                            f"{type_name(tensor)}")
-        require_float(f"state_dict[{name!r}]", tensor, 1 if norm_marker in name else 2)
-        weights[name] = tensor
-    dtypes = {tensor.dtype for tensor in weights.values()}
-    if len(dtypes) > 1:
-        raise ValueError(f"state_dict holds several dtypes {sorted(map(str, dtypes))}: "
-                         "convert its tensors to one")
+    weights = {name: state_dict[name] for name in _DEEPSEEK_NAMES + query_names}
+    for name, tensor in weights.items():
+        require_float(f"state_dict[{name!r}]", tensor, 1 if "layernorm" in name else 2)
+    if len({tensor.dtype for tensor in weights.values()}) > 1:
+        raise ValueError(f"state_dict holds several dtypes "
+                         f"{sorted({str(t.dtype) for t in weights.values()})}: convert its "
+                         "tensors to one")
     return weights
 
 
 def _deepseek_sizes(weights, num_heads):
-    """(kv_rank, rope_dim, head_dim, value_dim, q_rank) from the weights' shapes."""
+    """(kv_rank, rope_dim, head_dim, value_dim, q_rank) from the weights' shapes, each weight's
+    shape checked against them."""
     kv_rank = weights["kv_a_layernorm.weight"].shape[0]
     rope_dim = weights["kv_a_proj_with_mqa.weight"].shape[0] - kv_rank
     query = weights.get("q_b_proj.weight", weights.get("q_proj.weight"))
@@ -401,13 +375,28 @@ def _deepseek_sizes(weights, num_heads):
     if rope_dim < 2 or head_dim < 1 or value_dim < 1:
         raise ValueError(f"the weights' shapes do not fit num_heads={num_heads}: rope_dim "
                          f"{rope_dim}, head_dim {head_dim}, value_dim {value_dim}")
+    embed_dim = weights["o_proj.weight"].shape[0]
+    query_input = embed_dim if q_rank is None else q_rank
+    wanted = {"kv_a_proj_with_mqa.weight": (kv_rank + rope_dim, embed_dim),
+              "kv_b_proj.weight": (num_heads * (head_dim + value_dim), kv_rank),
+              "o_proj.weight": (embed_dim, num_heads * value_dim),
+              "q_a_proj.weight": (q_rank, embed_dim),
+              "q_b_proj.weight": (num_heads * (head_dim + rope_dim), query_input),
+              "q_proj.weight": (num_heads * (head_dim + rope_dim), query_input)}
+    for name, shape in wanted.items():
+        if name in weights and weights[name].shape != shape:
+            raise ValueError(f"state_dict[{name!r}] is {shape_of(weights[name])}, but the other "
+                             f"weights make it {shape} (kv_rank={kv_rank}, rope_dim={rope_dim}, "
+                             f"head_dim={head_dim}, value_dim={value_dim}, q_rank={q_rank}, "
+                             f"embed_dim={embed_dim})")
     return kv_rank, rope_dim, head_dim, value_dim, q_rank
 
 
 def latent_cache_bytes(*, batch_size, seq_len, num_layers, kv_rank, rope_dim,
                        bytes_per_element=2):
     """Bytes of an MLA cache: layers * (kv_rank + rope_dim) * tokens * batch * bytes per
-    element (2 for float16/bfloat16): the latent and the shared RoPE key of every token."""
+    element (2 for float16/bfloat16): the latent and the shared RoPE key of every token.
+    Chapter 15."""
     sizes = {"batch_size": batch_size, "seq_len": seq_len, "num_layers": num_layers,
              "kv_rank": kv_rank, "rope_dim": rope_dim, "bytes_per_element": bytes_per_element}
     for name, value in sizes.items():

@@ -1,33 +1,17 @@
 """Linear attention and the (gated) delta rule (chapter 16).
 
-Softmax attention weighs key j for query i by exp(q_i . k_j); linear attention
-(Katharopoulos et al. 2020) by a product of features, phi(q_i) . phi(k_j). Then
-sum_j phi(k_j) v_j^T can be summed once and read by every query: the causal
-form is a recurrence over a state of fixed size, S_t = S_(t-1) + phi(k_t) v_t^T.
-The delta rule (Schlag et al. 2021; DeltaNet, Yang et al. 2024) writes into the
-state only what it does not predict yet,
-
-    S_t = S_(t-1) + beta_t k_t (v_t - S_(t-1)^T k_t)^T,
-
-and the gated delta rule (Yang, Kautz and Hatamizadeh 2025; Qwen3-Next, Kimi
-Linear) first lets the state fade, S_(t-1) -> gamma_t S_(t-1).
-
-Shapes: query and key (..., n, d_k), value (..., n, d_v), one number per token
-(..., n); the batch and head dimensions in front are the same for every
-argument. A state is (..., d_k, d_v), laid out as in transformers' Qwen3-Next
-and Kimi Linear (the papers write its transpose): token t's output is
-S_t^T q_t, a row q_t^T S_t.
-
-Gates: beta (..., n), the delta rule's step size, usually in [0, 1];
-log_decay (..., n), g_t = log gamma_t <= 0, one decay per token (RetNet's fixed
-gamma is a constant g), or (..., n, d_k) for the delta rule, one per key
-channel (Kimi Delta Attention), the state's row c multiplied by exp(g_t[c]).
-Decays are passed as logarithms, as transformers does: their sums over a chunk
-are then exact, and a product of many gates never underflows on the way.
-
-Neither function scales or normalises queries and keys: Qwen3-Next and Kimi
-Linear divide each q and k by its length and q by sqrt(d_k) before the rule.
-Half-precision inputs are computed in float32 and returned in their dtype.
+Notable:
+- linear attention (Katharopoulos et al. 2020) weighs key j for query i by phi(q_i) . phi(k_j),
+  so the causal form is a recurrence over a state of fixed size, S_t = S_(t-1) + phi(k_t) v_t^T;
+- the delta rule (Schlag et al. 2021; DeltaNet) writes only what the state does not predict,
+  S_t = S_(t-1) + beta_t k_t (v_t - S_(t-1)^T k_t)^T; the gated delta rule (Yang, Kautz and
+  Hatamizadeh 2025; Qwen3-Next, Kimi Linear) first lets it fade, S_(t-1) -> exp(g_t) S_(t-1);
+- every causal form comes three ways: parallel (an (n, n) matrix), chunkwise (chunks of C tokens
+  in the parallel form, the state passed on) and recurrent, all equal up to rounding;
+- shapes: query, key (..., n, d_k), value (..., n, d_v), beta and log_decay (..., n) (or
+  (..., n, d_k), one decay per key channel as Kimi Delta Attention); a state (..., d_k, d_v),
+  as transformers lays it out (token t reads S_t^T q_t). Decays are given as logarithms g_t.
+  Neither function scales nor normalises q and k; half precision is computed in float32.
 """
 
 import math
@@ -36,13 +20,13 @@ import torch
 import torch.nn.functional as F
 
 from ._shapes import (
+    HALF_PRECISION,
     require_float,
     require_int,
     require_same_dtype,
     shape_of,
     type_name,
 )
-from .masking import HALF_PRECISION
 
 
 def _elu_plus_one(x):
@@ -114,6 +98,14 @@ def _wide(*tensors):
             for t in tensors]
 
 
+def _finite_log_decay(log_decay):
+    """log_decay with its entries below a floor raised to it: exp of the floor (and of any sum
+    holding it) is 0 in the dtype, as exp(-inf) is, but sums of floors never reach -inf, whose
+    differences would be NaN. Entries above the floor are unchanged."""
+    floor = 2 * math.log(torch.finfo(log_decay.dtype).tiny)     # -174.7 float32, -1416.8 float64
+    return log_decay.clamp_min(floor)
+
+
 def _strictly_upper(size, device):
     return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
 
@@ -144,6 +136,7 @@ def linear_attention(query, key, value, feature_map="elu", causal=True,
     (n, n) matrix of weights (what attention computes); chunk_size C: the
     chunkwise form, chunks of C tokens in the parallel form, the state
     passed from chunk to chunk; C = 1 is the recurrence, one token a step.
+    Chapter 16.
     """
     _check_qkv(query, key, value, causal)
     phi = _feature_map(feature_map)
@@ -155,6 +148,8 @@ def linear_attention(query, key, value, feature_map="elu", causal=True,
                          "chunks run along the sequence")
     dtype = value.dtype
     query, key, value, log_decay = _wide(query, key, value, log_decay)
+    if log_decay is not None:
+        log_decay = _finite_log_decay(log_decay)
     q, k = phi(query), phi(key)                           # (..., n, f)
     if normalize:                          # carry a value of 1 along: the sums
         ones = value.new_ones(*value.shape[:-1], 1)
@@ -162,6 +157,7 @@ def linear_attention(query, key, value, feature_map="elu", causal=True,
     if not causal:
         out = q @ (k.transpose(-2, -1) @ value)           # (..., n_q, d_v[+1])
     elif chunk_size is None:
+        # weights phi(q_i) . phi(k_j), times exp(G_i - G_j) (G: cumulative g), 0 for j > i
         weights = q @ k.transpose(-2, -1)                 # (..., n, n)
         if log_decay is None:
             above = _strictly_upper(weights.shape[-1], weights.device)
@@ -181,7 +177,14 @@ def _chunks(tensor, chunk_size, n):
     """(..., n, x) -> (..., N, C, x), zero-padded at the end to N C tokens."""
     pad = (-n) % chunk_size
     tensor = F.pad(tensor, (0, 0, 0, pad))
-    return tensor.reshape(*tensor.shape[:-2], -1, chunk_size, tensor.shape[-1])
+    return tensor.reshape(*tensor.shape[:-2], (n + pad) // chunk_size, chunk_size,
+                          tensor.shape[-1])
+
+
+def _unchunk(out, n):
+    """(..., N, C, x) -> (..., n, x): the chunks side by side, the padding dropped."""
+    return out.reshape(*out.shape[:-3], out.shape[-3] * out.shape[-2],
+                       out.shape[-1])[..., :n, :]
 
 
 def _chunked_linear(q, k, value, log_decay, chunk_size):
@@ -192,20 +195,24 @@ def _chunked_linear(q, k, value, log_decay, chunk_size):
         log_decay = k.new_zeros(k.shape[:-1])
     q, k, value = (_chunks(t, chunk_size, n) for t in (q, k, value))
     g = _chunks(log_decay[..., None], chunk_size, n)[..., 0]      # (..., N, C)
+    # G_r = g_1 + ... + g_r inside each chunk
     cumulative = g.cumsum(-1)                                      # G, in chunk
+    # inside a chunk, the parallel form: (phi(q_r) . phi(k_s)) exp(G_r - G_s), s <= r
     inside = (q @ k.transpose(-2, -1)) * _decay_matrix(cumulative)  # (..., N, C, C)
     intra = inside @ value                                         # (..., N, C, e)
     state = k.new_zeros(*k.shape[:-3], k.shape[-1], value.shape[-1])  # (..., f, e)
     outputs = []
     for i in range(k.shape[-3]):
         to_end = (cumulative[..., i, -1:] - cumulative[..., i, :]).exp()  # (..., C)
+        # o_r = intra_r + exp(G_r) phi(q_r)^T S: what the earlier chunks left in the state
         outputs.append(intra[..., i, :, :] + (
             q[..., i, :, :] * cumulative[..., i, :, None].exp()) @ state)
+        # S <- exp(G_C) S + sum_s exp(G_C - G_s) phi(k_s) v_s^T
         state = (cumulative[..., i, -1, None, None].exp() * state
                  + (k[..., i, :, :] * to_end[..., None]).transpose(-2, -1)
                  @ value[..., i, :, :])
     out = torch.stack(outputs, dim=-3) if outputs else intra
-    return out.reshape(*out.shape[:-3], -1, out.shape[-1])[..., :n, :]
+    return _unchunk(out, n)
 
 
 def _check_delta_inputs(query, key, value, beta, log_decay, initial_state):
@@ -236,6 +243,7 @@ def delta_rule(query, key, value, beta, log_decay=None, chunk_size=None,
     system (the UT transform of the WY representation), the outputs are
     attention-like matrix products, and only the state passes from chunk to
     chunk. The final state can be passed on as the next call's initial_state.
+    Chapter 16.
     """
     _check_delta_inputs(query, key, value, beta, log_decay, initial_state)
     _check_chunk_size(chunk_size)
@@ -244,8 +252,10 @@ def delta_rule(query, key, value, beta, log_decay=None, chunk_size=None,
         query, key, value, beta, log_decay, initial_state)
     if state is None:
         state = value.new_zeros(*key.shape[:-2], key.shape[-1], value.shape[-1])
-    if log_decay is not None and log_decay.dim() < key.dim():
-        log_decay = log_decay[..., None]                  # (..., n, 1)
+    if log_decay is not None:
+        log_decay = _finite_log_decay(log_decay)
+        if log_decay.dim() < key.dim():
+            log_decay = log_decay[..., None]              # (..., n, 1)
     if chunk_size is None:
         output, state = _delta_recurrent(query, key, value, beta, log_decay, state)
     else:
@@ -286,26 +296,33 @@ def _delta_chunked(query, key, value, beta, log_decay, state, chunk_size):
     n = key.shape[-2]
     q, k, v, g = (_chunks(t, chunk_size, n) for t in (query, key, value, log_decay))
     b = _chunks(beta[..., None], chunk_size, n)         # (..., N, C, 1)
+    # G_r = g_1 + ... + g_r inside each chunk (per key channel for KDA)
     cumulative = g.cumsum(-2)                           # G: (..., N, C, 1 or d_k)
     k_beta = k * b
+    # A_rs = beta_r k_r^T diag(exp(G_r - G_s)) k_s for s < r: how correction s
+    # changes what token r's key reads from the state
     below = _pairwise(k_beta, k, cumulative).tril(-1)   # A: (..., N, C, C)
     system = below + torch.eye(chunk_size, dtype=k.dtype, device=k.device)
-    # (I + A) U = beta V - (beta K * exp(G)) S_0: the corrections of a chunk
+    # UT transform: (I + A) U = beta V - (beta K * exp(G)) S_0 gives the C corrections
+    # U at once; solved for the two right-hand sides, then combined with each chunk's S_0
     from_values = torch.linalg.solve_triangular(
         system, v * b, upper=False, unitriangular=True)            # (..., N, C, d_v)
     from_state = torch.linalg.solve_triangular(
         system, k_beta * cumulative.exp(), upper=False, unitriangular=True)
+    # q_r^T diag(exp(G_r - G_s)) k_s for s <= r: the attention-like scores of a chunk
     scores = _pairwise(q, k, cumulative)                # (..., N, C, C), s <= r
     outputs = []
     for i in range(k.shape[-3]):
+        # U = (I + A)^-1 (beta V) - (I + A)^-1 (beta K exp(G)) S_0
         corrections = from_values[..., i, :, :] - from_state[..., i, :, :] @ state
+        # o_r = (q_r exp(G_r))^T S_0 + sum_{s <= r} scores_rs u_s
         reads = (q[..., i, :, :] * cumulative[..., i, :, :].exp()) @ state
         outputs.append(reads + scores[..., i, :, :] @ corrections)
+        # S <- exp(G_C) S_0 + sum_s exp(G_C - G_s) k_s u_s^T
         last = cumulative[..., i, -1:, :]                           # (..., 1, 1|d_k)
         to_end = (last - cumulative[..., i, :, :]).exp()            # (..., C, 1|d_k)
         state = (last.transpose(-2, -1).exp() * state
                  + (k[..., i, :, :] * to_end).transpose(-2, -1) @ corrections)
     if not outputs:
         return value.new_empty(value.shape), state
-    out = torch.stack(outputs, dim=-3)
-    return out.reshape(*out.shape[:-3], -1, out.shape[-1])[..., :n, :], state
+    return _unchunk(torch.stack(outputs, dim=-3), n), state

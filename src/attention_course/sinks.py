@@ -1,28 +1,15 @@
-"""Learned attention sinks, as in gpt-oss (OpenAI 2025, the gpt-oss-120b and
-gpt-oss-20b model card; chapter 17).
+"""Learned attention sinks, as in gpt-oss (OpenAI 2025, the gpt-oss model card; chapter 17).
 
-A softmax must hand out all of a row's weight: a query that finds nothing
-worth reading still puts weight 1 somewhere. Trained models make room for
-"nothing" by dumping weight on a token that carries little, often the first
-one: the attention sinks of StreamingLLM (Xiao et al. 2024), which a sliding
-window must then keep (`decoding_mask(..., sinks=k)`, chapter 11). gpt-oss
-gives every head h a learned logit omega_h instead, which joins the softmax's
-denominator and nothing else (E. Miller's "off-by-one" softmax, 2023, with a
-learned logit in place of 0):
-
-    w_ts = exp(z_ts) / (exp(omega_h) + sum_s' exp(z_ts'))
-
-for query t, key s and the scaled, masked scores z of head h. The sink holds
-no value, so the share it takes, 1 - sum_s w_ts = sigmoid(omega_h - logsumexp_s
-z_ts), is weight given to nothing: the row's output shrinks towards 0 instead
-of mixing values it did not want. omega_h = -inf gives back the plain softmax.
-Equal to transformers' gpt-oss `eager_attention_forward`, which appends omega_h as
-an extra column of logits, takes the softmax and drops that column.
-
-As in the rest of the package, a key scored -inf (or blocked by a mask) gets
-weight exactly 0, and a row with no allowed key gives all of its weight to the
-sink: its weights and its output are 0, never NaN, with finite gradients (also
-when omega_h = -inf).
+Notable:
+- every head h has a learned logit omega_h that joins the softmax's denominator and nothing
+  else, w_ts = exp(z_ts) / (exp(omega_h) + sum_s' exp(z_ts')) (E. Miller's "off-by-one"
+  softmax, 2023, with a learned logit in place of 0): a query that finds nothing worth
+  reading gives its weight to the sink, which holds no value, instead of to a token (the
+  attention sinks of StreamingLLM, Xiao et al. 2024, chapter 11);
+- omega_h = -inf gives back the plain softmax; a row with no allowed key gets weights and
+  output 0, never NaN, with finite gradients;
+- equal to transformers' gpt-oss `eager_attention_forward`, which appends omega_h as an extra
+  column of logits, takes the softmax and drops that column.
 """
 
 import torch
@@ -52,6 +39,7 @@ def _check_sinks(sinks, heads, owner, tensor):
 
 def _sink_softmax(scores, sinks):
     """sink_softmax of checked scores (..., H, L, S), sinks (H,), one dtype."""
+    # w_ts = exp(z_ts - m) / (exp(omega_h - m) + sum_s' exp(z_ts' - m)), m the row's max
     if scores.shape[-1] == 0:
         return scores.clone()           # no key: the sink takes every weight
     sink = sinks.reshape(-1, 1, 1)                                # (H, 1, 1)
@@ -73,7 +61,7 @@ def sink_softmax(scores, sinks):
     Returns weights of the scores' shape and dtype; a row sums to 1 minus the
     sink's share, sigmoid(omega_h - logsumexp_s z_ts). A -inf score gets weight 0,
     a row of -inf scores all zeros. sinks must have the scores' dtype;
-    float16/bfloat16 are computed in float32.
+    float16/bfloat16 are computed in float32. Chapter 17.
     """
     require_float("scores", scores)
     if scores.dim() < 3:
@@ -98,7 +86,7 @@ def sink_attention(query, key, value, sinks, attn_mask=None, is_causal=False,
     decoding_mask(positions, positions, window=W). scale: default 1/sqrt(d).
     Returns (output (batch, heads, L, d_v), weights (batch, heads, L, S)) in
     the inputs' dtype; float16/bfloat16 are computed in float32. A query with
-    no allowed key gets zero weights and a zero output.
+    no allowed key gets zero weights and a zero output. Chapter 17.
     """
     check_grouped(query, key, value, names=("query", "key", "value"))
     _check_sinks(sinks, query.shape[1], "query", query)
