@@ -1206,3 +1206,12 @@ def test_attention_costs_refuses_layer_types_that_disagree_with_the_layer_count(
     config.model_type, config.layer_types = model_type, layer_types
     with pytest.raises(ValueError, match="num_hidden_layers is 2|at least one layer"):
         costs.attention_costs(config, seq_len=8)
+
+
+def test_every_public_definition_names_its_chapter():
+    """d2l's back-link: every public definition's docstring ends with the chapter that teaches
+    it ("Chapter 11." or "Chapters 8-9."), so that a learner who meets it later finds it."""
+    ending = re.compile(r"Chapters? \d+[^\n]*\.$")
+    missing = sorted(name for name, obj in PUBLIC.items()
+                     if not ending.search((inspect.getdoc(obj) or "").strip()))
+    assert not missing, f"{len(missing)} docstrings without their chapter: {missing}"

@@ -158,3 +158,13 @@ def rotate(x, positions, base=10000.0, *, theta=None, factor=1.0):
     first, second = x.to(work).chunk(2, dim=-1)  # (..., seq, head_dim / 2)
     rotated = torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
     return rotated.to(x.dtype)
+
+
+def interleaved_to_half_split(weight, num_heads):
+    """Rows of W_Q or W_K (num_heads * head_dim, in) from the interleaved RoPE pairing (rows
+    2i, 2i + 1 of each head) to the half-split one (rows i, i + head_dim / 2): within each
+    head the even rows first, then the odd ones. Chapter 14."""
+    rows, columns = weight.shape
+    pairs = rows // num_heads // 2
+    return (weight.reshape(num_heads, pairs, 2, columns)  # (head, i, member of pair)
+            .transpose(1, 2).reshape(rows, columns))

@@ -37,6 +37,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=Fa
     and rounded once at the end, as PyTorch's fused kernels do. Masked or not, it holds at most
     two (..., L, S) tensors, the scores and the weights (one without autograd: the weights then
     overwrite the scores).
+    Chapters 4-5.
     """
     check_qkv(query, key, value)
     scale = check_scale(scale, query)
@@ -53,6 +54,7 @@ class AdditiveAttention(nn.Module):
     num_hiddens. forward(queries (batch, n_q, query_size), keys (batch, n_k, key_size),
     values (batch, n_k, d_v), valid_lens=None) -> (batch, n_q, d_v); keeps `.attention_weights`
     (batch, n_q, n_k). valid_lens is (batch,) or (batch, n_q), as for `masked_softmax`.
+    Chapter 3.
     """
 
     def __init__(self, query_size, key_size, num_hiddens, dropout=0.0):
@@ -75,7 +77,7 @@ class AdditiveAttention(nn.Module):
             require_dtype_of(name, tensor, dtype, "the layer's weights")
 
     def scores(self, queries, keys):
-        """(batch, n_q, query_size), (batch, n_k, key_size) -> (batch, n_q, n_k)."""
+        """(batch, n_q, query_size), (batch, n_k, key_size) -> (batch, n_q, n_k). Chapter 3."""
         self._check_inputs(queries=queries, keys=keys)
         if queries.shape[-1] != self.W_q.in_features or keys.shape[-1] != self.W_k.in_features:
             raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} must end in "
@@ -83,16 +85,21 @@ class AdditiveAttention(nn.Module):
         if queries.shape[0] != keys.shape[0]:
             raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} disagree on "
                              "the batch size")
+        return self._scores(queries, keys)
+
+    def _scores(self, queries, keys):
         # (batch, n_q, 1, h) + (batch, 1, n_k, h) -> (batch, n_q, n_k, h): every query-key pair
         features = torch.tanh(self.W_q(queries)[:, :, None, :] + self.W_k(keys)[:, None, :, :])
         return self.w_v(features).squeeze(-1)
 
     def forward(self, queries, keys, values, valid_lens=None):
-        self._check_inputs(queries=queries, keys=keys, values=values)
+        """The forward pass of the class docstring. Chapter 3."""
+        scores = self.scores(queries, keys)                  # checks queries and keys
+        self._check_inputs(values=values)
         if values.shape[:2] != keys.shape[:2]:
             raise ValueError(f"keys {shape_of(keys)} and values {shape_of(values)} must agree on "
                              "(batch, n_k)")
-        self.attention_weights = masked_softmax(self.scores(queries, keys), valid_lens)
+        self.attention_weights = masked_softmax(scores, valid_lens)
         return self.dropout(self.attention_weights) @ values
 
 
@@ -100,6 +107,7 @@ def attention_entropy(weights):
     """Entropy in nats of each row of attention weights: (..., n_k) -> (...), with 0 log 0 = 0.
 
     ln(n_k) for uniform weights, 0 for one-hot weights.
+    Chapter 4.
     """
     require_float("weights", weights)
     if weights.dim() < 1:

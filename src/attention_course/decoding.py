@@ -40,10 +40,21 @@ class KVCache:
     `key_positions` gives the positions (S,) of the keys the last update
     returned, `seen` the number of tokens appended so far (the position of the
     next token), `nbytes` the bytes held.
+    Chapter 11.
     """
 
     def __init__(self, window=None, sinks=0):
         check_window(window, sinks)
+        self._start(window, sinks)
+
+    @classmethod
+    def _of_checked_window(cls, window, sinks):
+        """An empty cache for a window and sinks its decoder has checked."""
+        cache = cls.__new__(cls)
+        cache._start(window, sinks)
+        return cache
+
+    def _start(self, window, sinks):
         self.window, self.sinks = window, sinks
         self.keys = self.values = None
         # positions (held,) of the tokens held
@@ -105,7 +116,7 @@ class KVCache:
 
     def update(self, key, value):
         """Append key, value (batch, kv_heads, t, head_dim); return all keys and
-        values to attend to (batch, kv_heads, held + t, head_dim)."""
+        values to attend to (batch, kv_heads, held + t, head_dim). Chapter 11."""
         self._check(key, value)
         return self._append(key, value)
 
@@ -142,9 +153,21 @@ class DecoderBlock(nn.Module):
     def __init__(self, config):
         super().__init__()
         require_instance("config", config, DecoderConfig, "a DecoderConfig")
+        self._build(config)
+
+    @classmethod
+    def _of_checked_config(cls, config):
+        """The block for a config its decoder has checked."""
+        block = cls.__new__(cls)
+        nn.Module.__init__(block)
+        block._build(config)
+        return block
+
+    def _build(self, config):
         self.config = config          # shared with the decoder: one window for all
         self.attention_norm = nn.RMSNorm(config.embed_dim, eps=config.norm_eps)
-        self.attention = GroupedQueryAttention.from_config(config)
+        self.attention = GroupedQueryAttention._of_checked_sizes(
+            config.embed_dim, config.num_heads, config.num_kv_heads)
         self.mlp_norm = nn.RMSNorm(config.embed_dim, eps=config.norm_eps)
         self.gate_proj = nn.Linear(config.embed_dim, config.hidden_dim, bias=False)
         self.up_proj = nn.Linear(config.embed_dim, config.hidden_dim, bias=False)
@@ -165,7 +188,7 @@ class DecoderBlock(nn.Module):
 
     def attend(self, x, positions, cache=None):
         """RoPE attention of x (batch, L, embed_dim) at positions (L,) ->
-        (output (batch, L, embed_dim), weights (batch, H, L, S))."""
+        (output (batch, L, embed_dim), weights (batch, H, L, S)). Chapter 11."""
         return self._attend(x, self._check(x, positions, cache), cache)
 
     def _attend(self, x, positions, cache):
@@ -190,7 +213,7 @@ class DecoderBlock(nn.Module):
 
     def forward_with_weights(self, x, positions, cache=None):
         """(the block's output (batch, L, embed_dim), its attention weights
-        (batch, H, L, S))."""
+        (batch, H, L, S)). Chapter 11."""
         return self._forward(x, self._check(x, positions, cache), cache)
 
     def _forward(self, x, positions, cache):
@@ -203,6 +226,7 @@ class DecoderBlock(nn.Module):
         return x, weights
 
     def forward(self, x, positions, cache=None):
+        """The forward pass of the class docstring. Chapter 11."""
         return self.forward_with_weights(x, positions, cache)[0]
 
     def _check(self, x, positions, cache):
@@ -272,7 +296,8 @@ class TinyDecoder(nn.Module):
 
     def _build(self, config):
         self.embed = nn.Embedding(config.vocab_size, config.embed_dim)
-        self.blocks = nn.ModuleList(DecoderBlock(config) for _ in range(config.num_layers))
+        self.blocks = nn.ModuleList(DecoderBlock._of_checked_config(config)
+                                    for _ in range(config.num_layers))
         self.norm = nn.RMSNorm(config.embed_dim, eps=config.norm_eps)
         self.lm_head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
         if config.tie_embeddings:
@@ -291,14 +316,14 @@ class TinyDecoder(nn.Module):
         return self.config.sinks
 
     def new_caches(self):
-        """One empty KVCache per layer, with the model's window and sinks."""
-        return [KVCache(self.window, self.sinks) for _ in self.blocks]
+        """One empty KVCache per layer, with the model's window and sinks. Chapter 11."""
+        return [KVCache._of_checked_window(self.window, self.sinks) for _ in self.blocks]
 
     @contextlib.contextmanager
     def windowed(self, window, sinks=0):
         """Within the block, the model reads through a sliding window of
         `window` tokens and keeps the first `sinks` (masks and new caches
-        alike), as if built with them; its own settings come back after."""
+        alike), as if built with them; its own settings come back after. Chapter 11."""
         check_window(window, sinks)
         config = self.config
         saved = config.window, config.sinks
@@ -327,6 +352,7 @@ class TinyDecoder(nn.Module):
             )
 
     def forward(self, ids, caches=None):
+        """The forward pass of the class docstring. Chapter 11."""
         self._check_ids(ids)
         if caches is not None:
             self._check_caches(caches, ids)
@@ -371,7 +397,7 @@ class TinyDecoder(nn.Module):
     def forward_with_weights(self, ids):
         """One pass over ids (batch, seq) without a cache: (logits (batch, seq,
         vocab_size), every layer's attention weights, a list of (batch, H,
-        seq, seq))."""
+        seq, seq)). Chapter 11."""
         self._check_ids(ids)
         positions = torch.arange(ids.shape[1], device=ids.device)
         x, weights = self.embed(ids), []
@@ -386,7 +412,7 @@ class TinyDecoder(nn.Module):
         With the cache: one prefill pass over the prompt, then one token per
         step; without it every step re-reads the whole sequence. With stop_id
         (an end-of-text token), decoding stops once every row has produced it
-        (rows that stopped earlier repeat it), so the result may be shorter."""
+        (rows that stopped earlier repeat it), so the result may be shorter. Chapter 11."""
         self._check_ids(ids)
         require_int("max_new_tokens", max_new_tokens, 0)
         if stop_id is not None:

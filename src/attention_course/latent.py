@@ -31,7 +31,6 @@ from ._shapes import (
     require_tensor,
     shape_of,
 )
-from .rotary import interleaved_to_half_split
 
 
 class LatentCache:
@@ -149,6 +148,19 @@ class MultiHeadLatentAttention(nn.Module):
                                                      head_dim, rope_dim, value_dim)
         require_number("base", base, 1, strict=True)
         require_number("norm_eps", norm_eps, 0)
+        self._build(embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim, base,
+                    norm_eps)
+
+    @classmethod
+    def _of_checked_sizes(cls, *sizes):
+        """The layer for sizes its caller has checked (from_deepseek reads them off weights)."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer._build(*sizes)
+        return layer
+
+    def _build(self, embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim, base,
+               norm_eps):
         self.embed_dim, self.num_heads, self.kv_rank, self.q_rank = (
             embed_dim, num_heads, kv_rank, q_rank)
         self.head_dim, self.rope_dim, self.value_dim = head_dim, rope_dim, value_dim
@@ -212,6 +224,7 @@ class MultiHeadLatentAttention(nn.Module):
     # ------------------------------------------------------------------- attention
 
     def forward(self, x, cache=None, absorb=False, attn_mask=None):
+        """The forward pass of the class docstring. Chapter 15."""
         positions = self._check_x(x, None, cache)
         held = 0 if cache is None else len(cache)
         self._check_mask(attn_mask, x, held + x.shape[1])             # before the cache grows
@@ -299,12 +312,18 @@ class MultiHeadLatentAttention(nn.Module):
         require_int("num_heads", num_heads, 1)
         weights = _deepseek_weights(state_dict)
         kv_rank, rope_dim, head_dim, value_dim, q_rank = _deepseek_sizes(weights, num_heads)
+        if rope_dim % 2:
+            raise ValueError(f"the weights make rope_dim={rope_dim}, which must be even (RoPE "
+                             "turns pairs)")
+        require_number("base", base, 1, strict=True)
+        require_number("norm_eps", norm_eps, 0)
         like = weights["o_proj.weight"]
-        layer = cls(like.shape[0], num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim,
-                    base, norm_eps).to(like.device, like.dtype)
+        layer = cls._of_checked_sizes(like.shape[0], num_heads, kv_rank, q_rank, head_dim,
+                                      rope_dim, value_dim, base, norm_eps).to(like.device,
+                                                                              like.dtype)
 
         def reorder(rows, heads):       # DeepSeek's (2i, 2i + 1) pairs -> (i, i + d_R / 2)
-            return interleaved_to_half_split(rows, heads) if interleaved else rows
+            return _kernels.interleaved_to_half_split(rows, heads) if interleaved else rows
 
         query_weight = weights["q_proj.weight" if q_rank is None else "q_b_proj.weight"]
         query_rows = query_weight.reshape(num_heads, head_dim + rope_dim, -1)

@@ -26,7 +26,7 @@ from ._shapes import (
 def causal_mask(n_queries, n_keys=None, device=None):
     """Bool (n_queries, n_keys), True where key j <= query i may be attended (top-left aligned,
     as PyTorch's `is_causal`). With more keys than queries the extra keys are all masked for
-    early queries; with fewer, late queries see every key."""
+    early queries; with fewer, late queries see every key. Chapter 5."""
     require_int("n_queries", n_queries)
     n_keys = n_queries if n_keys is None else n_keys
     require_int("n_keys", n_keys)
@@ -41,10 +41,17 @@ def valid_lens_mask(valid_lens, n_queries, n_keys):
 
     valid_lens: integer tensor (batch,) — one length per sequence — or (batch, n_queries) — one
     length per query. Each length must lie in [0, n_keys].
+    Chapter 5.
     """
-    require_rank("valid_lens", valid_lens, (1, 2))
     require_int("n_queries", n_queries, 0)
     require_int("n_keys", n_keys, 0)
+    _check_valid_lens(valid_lens, n_queries, n_keys)
+    return _lengths_mask(valid_lens, n_keys)
+
+
+def _check_valid_lens(valid_lens, n_queries, n_keys):
+    """valid_lens (batch,) or (batch, n_queries) of whole numbers in [0, n_keys]."""
+    require_rank("valid_lens", valid_lens, (1, 2))
     if valid_lens.dtype == torch.bool or valid_lens.dtype.is_complex:
         raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold lengths (integers), "
                          f"got {valid_lens.dtype}")
@@ -56,9 +63,13 @@ def valid_lens_mask(valid_lens, n_queries, n_keys):
     if ((valid_lens < 0) | (valid_lens > n_keys)).any():
         raise ValueError(f"valid_lens {valid_lens.tolist()} out of range: each must be in "
                          f"[0, n_keys={n_keys}]")
+
+
+def _lengths_mask(valid_lens, n_keys):
+    """True where key position j < valid_len: (batch, 1 or n_q, n_keys)."""
     lengths = valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens  # (batch, 1 or n_q)
     positions = torch.arange(n_keys, device=valid_lens.device)
-    return positions[None, None, :] < lengths[:, :, None]  # (batch, 1 or n_q, n_keys)
+    return positions[None, None, :] < lengths[:, :, None]
 
 
 def _check_scores_and_dtype(scores, dtype):
@@ -82,7 +93,8 @@ def _check_allowed(allowed, scores):
 
 def softmax(scores, dim=-1):
     """torch.softmax, computed in float32 for float16/bfloat16 scores and returned in their
-    dtype, so half precision loses no more than its own rounding (as PyTorch's fused kernels)."""
+    dtype, so half precision loses no more than its own rounding (as PyTorch's fused kernels).
+    Chapter 5."""
     require_float("scores", scores)
     require_int("dim", dim)
     if not -max(scores.dim(), 1) <= dim < max(scores.dim(), 1):
@@ -95,7 +107,7 @@ def softmax(scores, dim=-1):
 def softmax_(scores, dtype=None):
     """Softmax over the last axis of `scores`, the caller's own intermediate: when no gradient is
     needed it is computed in place (the scores become the weights, no other full-size tensor is
-    made); otherwise by torch.softmax. Each row needs one finite score."""
+    made); otherwise by torch.softmax. Each row needs one finite score. Chapter 5."""
     _check_scores_and_dtype(scores, dtype)
     return _kernels.softmax_inplace(scores, dtype)
 
@@ -105,14 +117,16 @@ def softmax_with_mask_(scores, allowed, dtype=None):
     to scores) is True; a row with nothing allowed gets zeros. OVERWRITES `scores` (which must be
     the caller's own intermediate), so that it holds no more full-size tensors than a plain
     softmax: the scores and the weights (without autograd, the weights overwrite the scores).
-    `dtype`: the softmax's dtype (default: scores'). No NaN in the output or the gradient."""
+    `dtype`: the softmax's dtype (default: scores'). No NaN in the output or the gradient.
+    Chapter 5."""
     _check_scores_and_dtype(scores, dtype)
     _check_allowed(allowed, scores)
     return _kernels.masked_softmax_inplace(scores, allowed, dtype)
 
 
 def softmax_with_mask(scores, allowed):
-    """As softmax_with_mask_, without touching `scores`; half precision computed in float32."""
+    """As softmax_with_mask_, without touching `scores`; half precision computed in float32.
+    Chapter 5."""
     _check_scores_and_dtype(scores, None)
     _check_allowed(allowed, scores)
     return _with_mask(scores, allowed)
@@ -124,6 +138,7 @@ def masked_softmax(scores, valid_lens=None):
 
     valid_lens: None, (batch,) or (batch, n_queries). A row with no allowed key (valid_len 0, or
     every score of the row -inf) returns zeros, never NaN.
+    Chapter 5.
     """
     require_float("scores", scores)
     if scores.dim() < 3:
@@ -131,11 +146,11 @@ def masked_softmax(scores, valid_lens=None):
                          f"{shape_of(scores)}")
     allowed = None
     if valid_lens is not None:
-        require_rank("valid_lens", valid_lens, (1, 2))
+        _check_valid_lens(valid_lens, scores.shape[-2], scores.shape[-1])
         if valid_lens.shape[0] != scores.shape[0]:
             raise ValueError(f"valid_lens {shape_of(valid_lens)} and scores {shape_of(scores)} "
                              "disagree on the batch size")
-        allowed = valid_lens_mask(valid_lens, scores.shape[-2], scores.shape[-1])
+        allowed = _lengths_mask(valid_lens, scores.shape[-1])
         extra_dims = scores.dim() - 3  # e.g. a heads axis between batch and queries
         allowed = allowed.reshape(allowed.shape[0], *([1] * extra_dims), *allowed.shape[1:])
     scored = torch.isneginf(scores)   # a -inf score blocks its key, as a mask would

@@ -20,7 +20,7 @@ from ._shapes import (
 
 
 def split_heads(x, num_heads):
-    """(batch, seq, num_heads * head_dim) -> (batch, num_heads, seq, head_dim)."""
+    """(batch, seq, num_heads * head_dim) -> (batch, num_heads, seq, head_dim). Chapter 8."""
     require_rank("x", x, 3)
     require_int("num_heads", num_heads, 1)
     if x.shape[-1] % num_heads:
@@ -30,7 +30,7 @@ def split_heads(x, num_heads):
 
 
 def merge_heads(x):
-    """(batch, num_heads, seq, head_dim) -> (batch, seq, num_heads * head_dim)."""
+    """(batch, num_heads, seq, head_dim) -> (batch, seq, num_heads * head_dim). Chapter 8."""
     require_rank("x", x, 4)
     return _kernels.merge_heads(x)
 
@@ -38,7 +38,7 @@ def merge_heads(x):
 def grouped_attention(q, k, v, attn_mask=None, is_causal=False):
     """Attention of query heads q (batch, H, L, d) over KV heads k, v (batch, H_kv, S, d), where
     query head h reads KV head h // (H // H_kv), as PyTorch's enable_gqa. Returns
-    (output (batch, H, L, d_v), weights (batch, H, L, S))."""
+    (output (batch, H, L, d_v), weights (batch, H, L, S)). Chapter 9."""
     check_grouped(q, k, v)
     check_attn_mask(attn_mask, is_causal, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
     return _kernels.grouped_attention(q, k, v, attn_mask, is_causal)
@@ -53,6 +53,7 @@ class MultiHeadAttention(nn.Module):
     L, S)). attn_mask follows scaled_dot_product_attention (bool True = may attend; float added)
     and broadcasts to (batch, num_heads, L, S). Note: torch.nn.MultiheadAttention's bool masks
     mean the opposite (True = ignore).
+    Chapter 8.
     """
 
     def __init__(self, embed_dim, num_heads, bias=True):
@@ -66,6 +67,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        """The forward pass of the class docstring. Chapter 8."""
         dtype = self.q_proj.weight.dtype
         for name, x in (("query", query), ("key", key), ("value", value)):
             check_sequence(name, x, self.embed_dim, dtype)
@@ -83,7 +85,7 @@ class MultiHeadAttention(nn.Module):
     @classmethod
     def from_torch(cls, module):
         """A copy of a torch.nn.MultiheadAttention(batch_first=True) that gives the same outputs
-        (with dropout off: eval mode or dropout=0)."""
+        (with dropout off: eval mode or dropout=0). Chapter 8."""
         require_instance("module", module, nn.MultiheadAttention,
                          "a torch.nn.MultiheadAttention(batch_first=True)")
         if not module.batch_first:
@@ -115,6 +117,7 @@ class GroupedQueryAttention(nn.Module):
 
     forward(x (batch, L, embed_dim), attn_mask=None, is_causal=False) -> (output (batch, L,
     embed_dim), weights (batch, num_heads, L, L)); masks as in scaled_dot_product_attention.
+    Chapter 9.
     """
 
     def __init__(self, embed_dim, num_heads, num_kv_heads, bias=False):
@@ -136,19 +139,25 @@ class GroupedQueryAttention(nn.Module):
         """The attention of a decoder layer, sized by a DecoderConfig (which checked its
         sizes when it was made). Chapter 11."""
         require_instance("config", config, DecoderConfig, "a DecoderConfig")
+        return cls._of_checked_sizes(config.embed_dim, config.num_heads, config.num_kv_heads)
+
+    @classmethod
+    def _of_checked_sizes(cls, embed_dim, num_heads, num_kv_heads, bias=False):
+        """The layer for sizes a caller has checked (a decoder's config, from_multihead)."""
         layer = cls.__new__(cls)
         nn.Module.__init__(layer)
-        layer._build(config.embed_dim, config.num_heads, config.num_kv_heads, bias=False)
+        layer._build(embed_dim, num_heads, num_kv_heads, bias)
         return layer
 
     def project_kv(self, x):
         """x (batch, L, embed_dim) -> keys, values (batch, num_kv_heads, L, head_dim): exactly what
-        a KV cache stores for this layer."""
+        a KV cache stores for this layer. Chapter 9."""
         check_sequence("x", x, self.embed_dim, self.k_proj.weight.dtype)
         return (_kernels.split_heads(self.k_proj(x), self.num_kv_heads),
                 _kernels.split_heads(self.v_proj(x), self.num_kv_heads))
 
     def forward(self, x, attn_mask=None, is_causal=False):
+        """The forward pass of the class docstring. Chapter 9."""
         check_sequence("x", x, self.embed_dim, self.q_proj.weight.dtype)
         check_attn_mask(attn_mask, is_causal,
                         (x.shape[0], self.num_heads, x.shape[1], x.shape[1]))
@@ -161,12 +170,14 @@ class GroupedQueryAttention(nn.Module):
     @classmethod
     def from_multihead(cls, mha, num_kv_heads):
         """Convert a MultiHeadAttention to GQA by mean-pooling the key and value projections of
-        each group of heads (Ainslie et al. 2023); query and output projections are copied."""
+        each group of heads (Ainslie et al. 2023); query and output projections are copied.
+        Chapter 9."""
         require_instance("mha", mha, MultiHeadAttention, "a MultiHeadAttention")
         check_kv_heads(mha.num_heads, num_kv_heads)
         bias = mha.q_proj.bias is not None
         like = mha.q_proj.weight                       # the copy lives where the original does
-        gqa = cls(mha.embed_dim, mha.num_heads, num_kv_heads, bias=bias).to(like.device, like.dtype)
+        gqa = cls._of_checked_sizes(mha.embed_dim, mha.num_heads, num_kv_heads, bias).to(
+            like.device, like.dtype)
         group, head_dim = mha.num_heads // num_kv_heads, mha.head_dim
 
         def pool(tensor):  # (H * head_dim, ...) -> (H_kv * head_dim, ...), mean over each group
@@ -186,7 +197,7 @@ class GroupedQueryAttention(nn.Module):
 
 def kv_cache_bytes(*, batch_size, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_element=2):
     """Bytes of a KV cache: 2 (keys and values) * layers * KV heads * head_dim * tokens * batch *
-    bytes per element (2 for float16/bfloat16, 4 for float32, 1 for 8-bit)."""
+    bytes per element (2 for float16/bfloat16, 4 for float32, 1 for 8-bit). Chapter 9."""
     sizes = {"batch_size": batch_size, "seq_len": seq_len, "num_layers": num_layers,
              "num_kv_heads": num_kv_heads, "head_dim": head_dim,
              "bytes_per_element": bytes_per_element}

@@ -61,7 +61,7 @@ def rotary_frequencies(head_dim, base=10000.0, *, scaling=None, seq_len=None,
                        device=None, dtype=None):
     """theta_i = base^(-2i / head_dim) for i < head_dim / 2 -> (head_dim / 2,),
     rescaled as `scaling` says (see the module's docstring); seq_len, the
-    current length, matters to "dynamic" only (default: at most C)."""
+    current length, matters to "dynamic" only (default: at most C). Chapter 10."""
     check_rope_head_dim(head_dim)
     require_number("base", base, 1, strict=True)
     scaling = _check_scaling(scaling, base)
@@ -77,7 +77,7 @@ def rotary_attention_factor(scaling=None):
     1 except for "yarn": scaling["attention_factor"] if given, else
     0.1 ln(factor) + 1 (Peng et al.'s sqrt(1/t)); with DeepSeek's "mscale"
     and "mscale_all_dim", the ratio of two such factors (DeepSeek-V3's
-    attention then scales its scores itself)."""
+    attention then scales its scores itself). Chapter 10."""
     return _attention_factor(_check_scaling(scaling))
 
 
@@ -228,6 +228,7 @@ def apply_rotary(x, positions=None, base=10000.0, *, scaling=None):
     With `scaling` (see the module's docstring) the frequencies are rescaled
     and the result multiplied by rotary_attention_factor(scaling), as
     transformers does; "dynamic" takes max(positions) + 1 as the length.
+    Chapter 10.
     """
     require_float("x", x)
     if x.dim() < 2 or x.shape[-1] < 2 or x.shape[-1] % 2:
@@ -261,6 +262,4 @@ def interleaved_to_half_split(weight, num_heads):
     if rows % (2 * num_heads):
         raise ValueError(f"weight {shape_of(weight)} does not split into "
                          f"{num_heads} heads of an even size")
-    pairs = rows // num_heads // 2
-    return (weight.reshape(num_heads, pairs, 2, columns)  # (head, i, member of pair)
-            .transpose(1, 2).reshape(rows, columns))
+    return _kernels.interleaved_to_half_split(weight, num_heads)

@@ -33,15 +33,19 @@ from ._shapes import (
 from .latent import MultiHeadLatentAttention
 
 
-def _check_indexer_sizes(embed_dim, q_rank, num_heads, head_dim, rope_dim, base):
+def _check_indexer_sizes(embed_dim, q_rank, num_heads, head_dim, rope_dim, base,
+                         rope_checked=False):
+    """The indexer's sizes; `rope_checked`: rope_dim and base are MLA's, which its door
+    checked (DeepSeekSparseAttention.from_deepseek)."""
     for name, value in (("embed_dim", embed_dim), ("q_rank", q_rank),
                         ("num_heads", num_heads), ("head_dim", head_dim)):
         require_int(name, value, 1)
-    require_int("rope_dim", rope_dim, 2)
+    if not rope_checked:
+        require_int("rope_dim", rope_dim, 2)
+        require_number("base", base, 1, strict=True)
     if rope_dim % 2 or rope_dim > head_dim:
         raise ValueError(f"rope_dim must be even (RoPE turns pairs) and at most "
                          f"head_dim={head_dim}, got {rope_dim}")
-    require_number("base", base, 1, strict=True)
 
 
 class LightningIndexer(nn.Module):
@@ -80,6 +84,7 @@ class LightningIndexer(nn.Module):
         return indexer
 
     def forward(self, x, q_latent, positions=None):
+        """The forward pass of the class docstring. Chapter 17."""
         return self._scores(x, q_latent, self._check(x, q_latent, positions))
 
     def _scores(self, x, q_latent, positions):
@@ -125,6 +130,12 @@ class LightningIndexer(nn.Module):
         Chapter 17."""
         require_instance("state_dict", state_dict, collections.abc.Mapping,
                          "a mapping of DeepseekV32Indexer's weight names to tensors")
+        return cls._from_deepseek(state_dict, rope_dim, base, rope_checked=False)
+
+    @classmethod
+    def _from_deepseek(cls, state_dict, rope_dim, base, rope_checked):
+        """from_deepseek after its door; `rope_checked`: rope_dim and base are MLA's,
+        checked by its door."""
         weights = _indexer_weights(state_dict)
         num_heads, embed_dim = weights["weights_proj.weight"].shape
         head_dim = weights["wk.weight"].shape[0]
@@ -139,8 +150,9 @@ class LightningIndexer(nn.Module):
                 f"{shape_of(weights['k_norm.weight'])} must be (H_I * d_I, q_rank), "
                 "(d_I, embed_dim), (H_I, embed_dim), (d_I,)")
         like = weights["wk.weight"]
-        layer = cls(embed_dim, q_up.shape[1], num_heads, head_dim, rope_dim, base).to(
-            like.device, like.dtype)
+        sizes = (embed_dim, q_up.shape[1], num_heads, head_dim, rope_dim, base)
+        _check_indexer_sizes(*sizes, rope_checked=rope_checked)
+        layer = cls._trusted(*sizes).to(like.device, like.dtype)
         layer.load_state_dict({
             "q_up.weight": q_up, "k_proj.weight": like,
             "k_norm.weight": weights["k_norm.weight"], "k_norm.bias": weights["k_norm.bias"],
@@ -186,7 +198,9 @@ class DeepSeekSparseAttention(nn.Module):
                  index_head_dim, head_dim=None, rope_dim=None, value_dim=None, base=10000.0,
                  norm_eps=1e-6):
         super().__init__()
-        require_int("q_rank", q_rank, 1)          # the indexer reads the query latent
+        if q_rank is None:                         # MLA's door checks its value
+            raise TypeError("q_rank must be an integer, got None: the indexer reads the query "
+                            "latent")
         require_int("top_k", top_k, 1)
         require_int("index_heads", index_heads, 1)
         require_int("index_head_dim", index_head_dim, 1)
@@ -213,6 +227,7 @@ class DeepSeekSparseAttention(nn.Module):
         return self.indexer._scores(x, q_latent, positions)            # (b, L, L)
 
     def forward(self, x, absorb=False):
+        """The forward pass of the class docstring. Chapter 17."""
         check_sequence("x", x, self.attention.embed_dim, self.attention.kv_down.weight.dtype)
         positions = torch.arange(x.shape[1], device=x.device)
         # each query keeps the top_k keys the indexer scores highest
@@ -248,7 +263,8 @@ class DeepSeekSparseAttention(nn.Module):
         if missing:
             raise ValueError(f"state_dict lacks {missing}: give the state dict of one "
                              "DeepseekV32Attention layer, its indexer's weights included")
-        indexer = LightningIndexer.from_deepseek(index_part, attention.rope_dim, base=base)
+        indexer = LightningIndexer._from_deepseek(index_part, attention.rope_dim, base,
+                                                  rope_checked=True)
         theirs, ours = indexer.k_proj.weight, attention.kv_down.weight
         if (theirs.dtype, theirs.device) != (ours.dtype, ours.device):
             raise ValueError(f"state_dict's indexer weights are {theirs.dtype} on {theirs.device}"
