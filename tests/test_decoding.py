@@ -484,7 +484,7 @@ def test_decoder_inputs_of_the_wrong_kind_raise_clear_errors():
                      torch.zeros(1, KV_HEADS, 1, WIDTH // HEADS, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"caches hold different numbers of tokens \[0, 1\]"):
         model(token_ids(1, 2), caches)
-    with pytest.raises(ValueError, match=r"base must be > 1, got 1.0"):
+    with pytest.raises(ValueError, match=r"TinyDecoder's base\) must be > 1, got 1.0"):
         TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, base=1.0)
     with pytest.raises(ValueError, match=r"hidden_dim must be an integer >= 1, got 0"):
         TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, hidden_dim=0)
