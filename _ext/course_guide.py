@@ -20,12 +20,13 @@ exercise's time is a range by difficulty, EXERCISE_MINUTES (the instructors' pag
 import math
 import pathlib
 import re
-import sys
 
 import nbformat
 from docutils import nodes
 from docutils.parsers.rst import Directive
 from sphinx import addnodes
+
+from tools import exercises  # the one reader of exercises (tools/book.py puts it on the path)
 
 WORDS_PER_MINUTE, LINES_PER_MINUTE = 125, 20
 EXERCISE_MINUTES = {1: (15, 30), 2: (30, 60), 3: (60, 120)}  # by stars: (least, most)
@@ -64,9 +65,6 @@ def title_of(notebook):
 
 def exercise_rows(path, notebook):
     """Each exercise's number, title, stars, kind and points, from its grading record."""
-    sys.path.insert(0, str(pathlib.Path(path).parents[1] / "scripts"))
-    import exercises  # noqa: E402  (scripts/exercises.py: the one reader of exercises)
-
     rows = []
     for number, exercise in enumerate(exercises.exercises(notebook), start=1):
         title = re.search(r":::\{exercise\}\s*(.*)", exercise.prompt.source)[1]
@@ -168,7 +166,7 @@ class _ChapterDirective(Directive):
 
 
 class ReadingTimes(_ChapterDirective):
-    with_exercises = False  # the home page of the student edition shows it too
+    with_exercises = False  # the home page of the classroom edition shows it too
 
     def run(self):
         rows, total = [], 0

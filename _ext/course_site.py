@@ -1,12 +1,12 @@
 """The course's additions to the Jupyter Book website (a local Sphinx extension).
 
-- Chapter pages open the *learner edition* (notebooks/, made by scripts/learner.py): the
+- Chapter pages open the *learner edition* (notebooks/, made by tools/learner.py): the
   Colab button and an "Open in Colab" badge under the title point to it, and the download
   button serves it. The chapters/ notebooks hold the solutions; learners never get those.
 - Code shown in solutions leaves out the graders' `# BEGIN SOLUTION` / `# END SOLUTION` lines.
 - Citations read (Author, Year), in round brackets, as the learner notebooks write them.
 - Each exercise's title shows its points beside its difficulty, from its grading record, as
-  every other edition does (scripts/exercises.py's `with_points`).
+  every other edition does (tools/exercises.py's `with_points`).
 - The index points into the chapters: every glossary term where a chapter defines it (in bold
   or italics) and where the course first uses it, every public name of the package where each
   chapter first uses it.
@@ -18,7 +18,6 @@ import functools
 import pathlib
 import re
 import shutil
-import sys
 
 import nbformat
 import sphinxcontrib.bibtex.plugin
@@ -27,6 +26,8 @@ from sphinx import addnodes
 from sphinx.transforms import SphinxTransform
 from sphinxcontrib.bibtex.style.referencing import BracketStyle
 from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
+
+from tools import exercises  # the one reader of exercises (tools/book.py puts it on the path)
 
 LEARNER_FOLDER = "notebooks"
 GRADER_MARKER = re.compile(r"^[ \t]*# (BEGIN|END) SOLUTION[ \t]*(\n|\Z)", re.M)
@@ -50,7 +51,7 @@ def learner_path(pagename):
 
 
 def course_root(app):
-    """The repository (the student edition builds a copy of the book elsewhere)."""
+    """The repository (the classroom edition builds a copy of the book elsewhere)."""
     return pathlib.Path(app.config.course_root or pathlib.Path(__file__).resolve().parents[1])
 
 
@@ -58,9 +59,6 @@ def show_points(app, docname, source):
     """A chapter's exercise titles with their points (the notebook's text, as read)."""
     if not docname.startswith("chapters/") or '"exercise"' not in source[0]:
         return
-    sys.path.insert(0, str(course_root(app) / "scripts"))
-    import exercises  # scripts/exercises.py: the one reader of exercises
-
     notebook = nbformat.reads(source[0], as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "markdown" and "exercise" in cell.metadata:
@@ -188,7 +186,7 @@ def add_learner_links(app, pagename, templatename, context, doctree):
         return
     _launch_urls_to_learner_edition(context.get("header_buttons", []), pagename, learner)
     pathto = context["pathto"]
-    colab = (  # none in the student edition, which is not the repository's
+    colab = (  # none in the classroom edition, which is not the repository's
         f'<a class="course-colab" href="{colab_url(app.config, learner)}">'
         f'<img src="{pathto("_static/images/logo_colab.png", 1)}" alt="">Open in Colab</a>'
         if app.config.html_theme_options["launch_buttons"].get("colab_url") else "")

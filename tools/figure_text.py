@@ -4,7 +4,7 @@ can compute how many pixels high that text is where the page displays the image.
 
     output.metadata["figure_text"] = {"smallest_pt": 8.0, "dpi": 100.0}
 
-Loaded with `--IPKernelApp.exec_files` by scripts/notebooks.py; notebooks never import it.
+Loaded with `--IPKernelApp.exec_files` by tools/notebooks.py; notebooks never import it.
 """
 
 import matplotlib.text

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from rotary_reference import rotation_matrix
+from helpers.rotary_reference import rotation_matrix
 
 
 def rms_norm(x, gain, eps=1e-6):

@@ -1,13 +1,13 @@
 """The learner edition: each chapter as Colab and Jupyter show it, without its solutions.
 
-    python scripts/learner.py            # (make notebooks) writes notebooks/NN_*.ipynb
-    python scripts/learner.py --check    # fails if notebooks/ is not what chapters/ gives
+    python -m tools.learner            # (make notebooks) writes notebooks/NN_*.ipynb
+    python -m tools.learner --check    # fails if notebooks/ is not what chapters/ gives
 
 The chapters in chapters/ are written in MyST for the website and hold the solutions. Colab,
 JupyterLab and VS Code render plain Markdown, so from each chapter this writes
 notebooks/<same name>.ipynb, which the website's Colab and download buttons open:
 
-- the student edition's cells (`exercises.student_cells`): answers are stubs, check cells stay,
+- the cells without solutions (`exercises.learner_cells`): answers are stubs, check cells stay,
   every written part has an answer cell, nothing of a solution is left;
 - MyST turned into Markdown: an exercise becomes a heading "Exercise N.k" with a link to its
   solution on the website; a note becomes a quotation, a dropdown a <details> block; {cite}
@@ -23,7 +23,6 @@ import codecs
 import functools
 import pathlib
 import re
-import sys
 
 import latexcodec  # noqa: F401  (registers the "ulatex" codec)
 import nbformat
@@ -31,11 +30,8 @@ import pybtex.database
 import yaml
 from docutils.nodes import make_id
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import exercises  # noqa: E402
+from tools import CHAPTERS, ROOT, exercises
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
 OUTPUT = ROOT / "notebooks"
 
 DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{([A-Za-z][\w-]*)\}[ \t]*(.*)$")
@@ -234,7 +230,7 @@ class Chapter:
 
     def __init__(self, path, link_solutions=True):
         self.number, self.page, self.exercises = int(path.name[:2]), f"chapters/{path.stem}", 0
-        self.link_solutions = link_solutions  # not in the student edition nor an assignment
+        self.link_solutions = link_solutions  # not in the classroom edition nor an assignment
 
     def exercise(self, title, options, body):
         self.exercises += 1
@@ -251,7 +247,7 @@ class Chapter:
                "is followed by a check cell that says whether your code is right.")
         if not self.link_solutions:
             return nbformat.v4.new_markdown_cell(
-                f"> **Student edition.** This notebook is chapter {self.number} of the course "
+                f"> **Classroom edition.** This notebook is chapter {self.number} of the course "
                 f"*{book_config()['title']}*, without the solutions. {run}")
         return nbformat.v4.new_markdown_cell(
             f"> **Learner edition.** This notebook is chapter {self.number} of the course "
@@ -274,15 +270,14 @@ def caption_cell(chapter, number, cell):
     return nbformat.v4.new_markdown_cell(f"*Figure {chapter.number}.{number}. {caption}*")
 
 
-def learner_notebook(path, student=False):
-    """The learner edition of one chapter notebook; `student`: the student edition's, which
-    does not point to the website's solutions."""
+def learner_notebook(path, link_solutions=True):
+    """The learner edition of one chapter notebook; without `link_solutions`, the classroom
+    edition's, which does not point to the website's solutions."""
     source = nbformat.read(path, as_version=4)
     notebook = nbformat.v4.new_notebook(metadata=source.metadata)
-    chapter = Chapter(path, link_solutions=not student)
+    chapter = Chapter(path, link_solutions=link_solutions)
     figures = {id(c): k for k, c in enumerate(_figure_cells(source), 1)}
-    student = exercises.student_cells(source)
-    for index, cell in enumerate(student):
+    for index, cell in enumerate(exercises.learner_cells(source)):
         if cell.cell_type == "markdown":
             cell = nbformat.from_dict(dict(cell))
             cell.source = convert_markdown(cell.source, chapter)

@@ -17,7 +17,8 @@ The grading record of a prompt cell:
     hidden_points   points of the hidden tests
     written_points  points of an answer written in words and graded by hand
 
-From this, `student_cells`, `nbgrader_cells` and `otter_cells` build the three editions.
+From this, `learner_cells` (the learner and classroom editions), `nbgrader_cells` and
+`otter_cells` (the graders' copies) write each audience's cells.
 """
 
 import ast
@@ -164,9 +165,9 @@ def _clean_prompt(exercise):
     return prompt
 
 
-# ----------------------------------------------------------------------------- student edition
+# ------------------------------------------------------------ learner and classroom editions
 
-def student_cells(notebook):
+def learner_cells(notebook):
     """Prompts, stubbed answers, public checks and an answer cell for every written part."""
     cells = []
     for item in parse(notebook):

@@ -1,7 +1,7 @@
 """Turn chapters into graded assignments for nbgrader and for Otter-Grader.
 
-    python scripts/graders.py nbgrader [NN ...] [--out DIR]   # default DIR: _build/nbgrader
-    python scripts/graders.py otter    [NN ...] [--out DIR] [--colab]   # default: _build/otter
+    python -m tools.graders nbgrader [NN ...] [--out DIR]   # default DIR: _build/nbgrader
+    python -m tools.graders otter    [NN ...] [--out DIR] [--colab]   # default: _build/otter
 
 nbgrader: DIR is an nbgrader course directory: DIR/nbgrader_config.py and one assignment per
 chapter, DIR/source/<stem>/<stem>.ipynb. Then, in DIR: `nbgrader generate_assignment <stem>`.
@@ -12,23 +12,17 @@ autograder zip.
 
 NN selects chapters by number (default: every chapter); --colab makes the Otter notebooks for
 students who work in Google Colab. The README has the whole workflow. Markdown cells are written
-as plain Markdown (scripts/learner.py), as JupyterLab and Colab render it, without links to the
+as plain Markdown (tools/learner.py), as JupyterLab and Colab render it, without links to the
 website's solutions.
 """
 
 import argparse
 import pathlib
-import sys
 
 import nbformat
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import exercises  # noqa: E402
-import learner  # noqa: E402
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+from tools import CHAPTERS, ROOT, exercises, learner
 
 NBGRADER_CONFIG = '''\
 # nbgrader configuration of the attention course (written by `make nbgrader`).

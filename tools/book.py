@@ -1,17 +1,15 @@
-"""Build a Jupyter Book site with the course's strict settings (used by make book, make student
-and the tests, so there is one build command), and print it to PDF (scripts/pdf.py).
+"""Build a Jupyter Book site with the course's strict settings (used by make book, make classroom
+and the tests, so there is one build command), and print it to PDF (tools/pdf.py).
 
-    python scripts/book.py [SOURCE_DIR] [OUTPUT_DIR] [--no-pdf]
+    python -m tools.book [SOURCE_DIR] [OUTPUT_DIR] [--no-pdf]
 """
 
+import os
 import pathlib
 import subprocess
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import pdf  # noqa: E402
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tools import ROOT, pdf
 
 
 def build(source=ROOT, output=ROOT, pdfs=tuple(pdf.EDITIONS)):
@@ -21,7 +19,10 @@ def build(source=ROOT, output=ROOT, pdfs=tuple(pdf.EDITIONS)):
     jupyter_book = pathlib.Path(sys.executable).parent / "jupyter-book"
     command = [str(jupyter_book), "build", str(source), "--path-output", str(output),
                "-W", "-n", "--keep-going", "--all"]
-    subprocess.run(command, check=True)
+    # The book's extensions (_ext/) import the tools package: the repository goes first on the
+    # Sphinx process's path, wherever the source is (the classroom edition builds a copy).
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)})
     html = pathlib.Path(output) / "_build" / "html"
     if pdfs:
         pdf.write_pdfs(html, pdfs, pathlib.Path(source))

@@ -1,6 +1,6 @@
 """The book as PDF handouts, printed from the built website by Chromium (`make book` calls it).
 
-    python scripts/pdf.py [SITE_DIR] [--editions learner instructor]
+    python -m tools.pdf [SITE_DIR] [--editions learner instructor]
 
 Each page of the book (the home page, every chapter, the back matter) is printed on A4 by
 Debian's Chromium, driven by Playwright, with the site's print stylesheet (`_static/course.css`:
@@ -21,9 +21,8 @@ bookmark leads to every page of the site and to each of its sections:
     SITE_DIR/pdf/attention-course.pdf             the learner edition: no solutions
     SITE_DIR/pdf/attention-course-instructor.pdf  every solution unfolded
 
-Chromium and a font with Chinese characters (references cite Chinese sources) are found, or
-installed with apt-get where we are root (as on CI); without Chromium the PDFs are not written
-and this says so.
+Chromium and a font with Chinese characters (references cite Chinese sources) must be installed
+(`make system`, tools/system.py); where one is missing this stops and says how to install it.
 """
 
 import argparse
@@ -35,18 +34,18 @@ import functools
 import html
 import http.server
 import io
-import os
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
 import threading
-import tomllib
 
+import tomllib
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tools import ROOT, system
+
 EDITIONS = {"learner": "attention-course.pdf", "instructor": "attention-course-instructor.pdf"}
 EDITION_LABELS = {"learner": "Learner edition (no solutions)",
                   "instructor": "Instructor edition (with solutions)"}
@@ -74,7 +73,6 @@ MM_PX = 96 / 25.4  # CSS pixels per millimetre
 # that what is measured there (an equation's width, a block's height) is what is printed.
 COLUMN_PX = int((A4_MM[0] - MARGIN_MM["left"] - MARGIN_MM["right"]) * MM_PX)
 PAGE_PX = int((A4_MM[1] - MARGIN_MM["top"] - MARGIN_MM["bottom"]) * MM_PX)
-CJK_PACKAGE = "fonts-wqy-microhei"  # Debian's smallest font with Chinese characters
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--disable-quic", "--hide-scrollbars"]
@@ -150,23 +148,9 @@ FIT = """(pageHeight) => {
 }"""
 
 
-def _apt_install(package):
-    """apt-get install `package` where we are root and have apt-get; whether it was tried."""
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return False
-    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], env=environment, check=False)
-    subprocess.run(["apt-get", "install", "-y", "-qq", package], env=environment,
-                   check=False, stdout=subprocess.DEVNULL)
-    return True
-
-
-def chromium(install=True):
-    """Debian's chromium: found on PATH, or installed with apt-get where we are root."""
-    found = shutil.which("chromium")
-    if not found and install and _apt_install("chromium"):
-        found = shutil.which("chromium")
-    return found
+def chromium():
+    """Debian's chromium on PATH, or None (`make system` installs it)."""
+    return shutil.which("chromium")
 
 
 def cjk_fonts():
@@ -178,13 +162,25 @@ def cjk_fonts():
     return sorted({line.split(",")[0].strip() for line in listed.splitlines() if line.strip()})
 
 
-def cjk_font(install=True):
-    """A font for the references' Chinese titles: found, or installed with apt-get where we
-    are root; the families found (none: Chromium prints those characters as empty boxes)."""
-    found = cjk_fonts()
-    if not found and install and _apt_install(CJK_PACKAGE):
-        found = cjk_fonts()
-    return found
+class MissingSystemPackages(RuntimeError):
+    """Chromium or a font with Chinese characters is not installed."""
+
+
+def missing_printer_packages():
+    """The Debian packages that printing needs and that are missing: chromium, and a font with
+    Chinese characters (without one Chromium prints the references' Chinese titles as boxes)."""
+    return (([] if chromium() else [system.CHROMIUM])
+            + ([] if cjk_fonts() else [system.CJK_FONT]))
+
+
+def require_printer():
+    """Debian's chromium, where it and a font with Chinese characters are installed; otherwise
+    MissingSystemPackages, saying how to install them."""
+    needed = missing_printer_packages()
+    if needed:
+        raise MissingSystemPackages(
+            f"the PDFs cannot be printed; install with {system.how_to_install(needed)}")
+    return chromium()
 
 
 def pages(source=ROOT):
@@ -535,13 +531,7 @@ def write_pdfs(site, editions=tuple(EDITIONS), source=ROOT):
     """Print the built site `site` (its _build/html folder) into site/pdf/; the paths written."""
     from playwright.sync_api import sync_playwright
 
-    executable = chromium()
-    if not executable:
-        print("PDF not written: Debian's chromium is missing and cannot be installed here")
-        return []
-    if not cjk_font():
-        print(f"No font with Chinese characters (Debian's {CJK_PACKAGE} cannot be installed "
-              "here): the references' Chinese titles print as empty boxes")
+    executable = require_printer()
     (site / "pdf").mkdir(exist_ok=True)
 
     def print_editions():

@@ -1,32 +1,36 @@
 """Benchmarks of the package's attention against PyTorch (run by `make bench`; not a test).
 
-    python scripts/bench_attention.py
+    python -m tools.bench_attention      # from the repository root
+
+Every time is `attention_course.measure.best_seconds`' (processor time, PyTorch in one thread,
+the least of a few calls) and every memory `measure.peak_extra_bytes`' (the peak resident memory
+of a call minus that before it, in a fresh process, after a warm-up call of the same size):
 
 1. Time of the masked and causal paths of `scaled_dot_product_attention` and `masked_softmax`,
-   relative to the plain PyTorch sequence scores -> masked_fill -> softmax -> matmul.
-2. Peak extra memory of each path, in units of one full (B, H, L, S) float32 tensor, each case
-   measured in a fresh process (its peak resident memory minus that before the call).
-3. bfloat16 and float16 accuracy: largest error against a float64 reference, the package's and
+   relative to the plain PyTorch sequence scores -> masked_fill -> softmax -> matmul, and their
+   peak extra memory beside it, in units of one full (B, H, L, S) float32 tensor.
+2. bfloat16 and float16 accuracy: largest error against a float64 reference, the package's and
    PyTorch's scaled_dot_product_attention on the same inputs.
-4. Tiled attention (`flash_attention`, blocks of 128) at L = 4096 and 8192, one head of size 64,
-   float32, one thread: its time (median of 3) and peak extra memory relative to the naive three lines and to
-   PyTorch's fused kernel (memory measured in fresh processes by `peak_extra_memory`).
-5. Greedy decoding of 128 tokens with SmolLM2-135M-Instruct (chapter 14), float32, one thread:
-   the course's `TinyDecoder.generate` with its KV cache against `transformers`' own `generate`
-   with its cache, same weights (the same GGUF file), same prompt, runs alternated, best of 3.
+3. Tiled attention (`flash_attention`, blocks of 128) at L = 4096 and 8192, one head of size 64,
+   float32: its time and peak extra memory relative to the naive three lines and to PyTorch's
+   fused kernel (`measure.peak_extra_memory`).
+4. Greedy decoding of 128 tokens with SmolLM2-135M-Instruct (chapter 14), float32: the course's
+   `TinyDecoder.generate` with its KV cache against `transformers`' own `generate` with its
+   cache, same weights (the same GGUF file), same prompt, runs alternated, best of 3.
 """
 
 import math
-import statistics
-import subprocess
-import sys
-import time
 
 import torch
 
-from attention_course import (causal_mask, flash_attention, masked_softmax,
-                              scaled_dot_product_attention)
-from attention_course.tiled import naive_attention, peak_extra_memory
+from attention_course import (
+    causal_mask,
+    flash_attention,
+    masked_softmax,
+    scaled_dot_product_attention,
+)
+from attention_course.measure import best_seconds, peak_extra_bytes, peak_extra_memory
+from attention_course.tiled import naive_attention
 
 SHAPE = dict(batch=2, heads=8, length=1024, head_dim=64)
 
@@ -75,35 +79,20 @@ CASES = {
 }
 
 
-def median_seconds(function, arguments, repeats=7):
-    function(*arguments)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function(*arguments)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def memory_cases(names):
+    """(warm_up, call) pairs for `measure.peak_extra_bytes`, one per case of CASES named: the
+    case on SHAPE's inputs, after a warm-up on other inputs of the same size. The inputs are
+    made here, before the measurement: only what the case allocates is counted."""
+    warm, measured = inputs(**SHAPE, seed=1), inputs(**SHAPE)
+    return [(lambda case=CASES[name]: case(*warm), lambda case=CASES[name]: case(*measured))
+            for name in names]
 
 
-def peak_in_fresh_process(case):
-    """Run one case in a new Python; return its extra peak memory in full-size tensors."""
-    code = f"""
-import torch, sys
-sys.path.insert(0, {str(__file__.rsplit('/', 1)[0])!r})
-import bench_attention as b
-from attention_course import tiled
-q, k, v = b.inputs(**b.SHAPE)
-with torch.no_grad():
-    b.CASES[{case!r}](q[:, :, :8], k, v)          # warm up allocators on a small call
-    before = tiled.resident_bytes()
-    tiled.reset_peak_resident_bytes()
-    b.CASES[{case!r}](q, k, v)
-    print(tiled.resident_bytes(peak=True) - before)
-"""
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
+def peaks_in_full_tensors(names):
+    """{case: its peak extra memory in units of one full (B, H, L, S) float32 tensor}."""
     full = SHAPE["batch"] * SHAPE["heads"] * SHAPE["length"] ** 2 * 4
-    return int(result.stdout.strip()) / full
+    peaks = peak_extra_bytes("tools.bench_attention:memory_cases", list(names))
+    return {name: peak / full for name, peak in zip(names, peaks)}
 
 
 def half_precision_errors(length=4096, head_dim=64):
@@ -130,16 +119,13 @@ def tiled_against_others(lengths=(4096, 8192)):
     """{(implementation, L): (best-of-3 seconds, peak extra bytes)}."""
     memory = {name: dict(zip(lengths, peak_extra_memory(name, lengths)))
               for name in TILED}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     rows = {}
     with torch.no_grad():
         for length in lengths:
             q, k, v = inputs(1, 1, length, 64)
             for name, function in TILED.items():
-                seconds = median_seconds(function, (q, k, v), repeats=3)
+                seconds = best_seconds(function, q, k, v, repeats=3)
                 rows[name, length] = seconds, memory[name][length]
-    torch.set_num_threads(threads)
     return rows
 
 
@@ -151,8 +137,6 @@ def decoding_against_transformers(new_tokens=128, repeats=3):
 
     from attention_course.pretrained import gguf_path, load_smollm2
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     path = gguf_path()
     theirs = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                   dtype=torch.float32).eval()
@@ -167,28 +151,25 @@ def decoding_against_transformers(new_tokens=128, repeats=3):
     best = {name: math.inf for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            best[name] = min(best[name], time.perf_counter() - start)
-    torch.set_num_threads(threads)
+            best[name] = min(best[name], best_seconds(run, repeats=1))
     return new_tokens / best["course"], new_tokens / best["transformers"], shared
 
 
 def main():
     torch.manual_seed(0)
     q, k, v = inputs(**SHAPE)
-    print(f"shape (B, H, L, d) = {tuple(SHAPE.values())}, float32, {torch.get_num_threads()} "
-          "threads")
-    print(f"{'case':<36}{'ms':>8}{'vs plain':>10}{'peak (full tensors)':>22}")
+    print(f"shape (B, H, L, d) = {tuple(SHAPE.values())}, float32, one thread (processor "
+          "time, least of 5 calls; memory in a fresh process)")
+    print(f"{'case':<36}{'ms':>8}{'vs plain':>10}{'peak (full tensors)':>22}{'vs plain':>10}")
     with torch.no_grad():
-        times = {name: median_seconds(case, (q, k, v)) for name, case in CASES.items()}
-    plain = {"unmasked": times["plain PyTorch, unmasked"],
-             "causal": times["plain PyTorch, causal"],
-             "padded": times["plain PyTorch, padded (valid_lens)"]}
+        times = {name: best_seconds(case, q, k, v, repeats=5) for name, case in CASES.items()}
+    peaks = peaks_in_full_tensors(list(CASES))
+    plain = {kind: next(name for name in CASES if name.startswith(f"plain PyTorch, {kind}"))
+             for kind in ("unmasked", "causal", "padded")}
     for name, seconds in times.items():
-        kind = next(key for key in plain if key in name)
-        peak = peak_in_fresh_process(name)
-        print(f"{name:<36}{1000 * seconds:>8.1f}{seconds / plain[kind]:>9.2f}x{peak:>22.2f}")
+        base = plain[next(kind for kind in plain if kind in name)]
+        print(f"{name:<36}{1000 * seconds:>8.1f}{seconds / times[base]:>9.2f}x"
+              f"{peaks[name]:>22.2f}{peaks[name] / peaks[base]:>9.2f}x")
     print("\nhalf precision, L = 4096, d = 64: largest error against float64")
     print(f"{'dtype':<10}{'causal':>8}{'package':>12}{'PyTorch':>12}")
     for dtype, causal, ours, theirs in half_precision_errors():
