@@ -1,7 +1,8 @@
 """The classroom edition (`make classroom`): its website and its notebooks (the learner edition
 without links to the solutions) keep no solution, and every written part has an answer cell.
 (That the notebooks run with their stubs, each check saying "Not yet answered", is
-tests/test_colab.py.) Also how tools/exercises.py stubs an answer and names an Otter test's inputs."""
+tests/test_colab.py.) Also how tools/exercises.py stubs an answer and names an Otter test's
+inputs."""
 
 import nbformat
 import pytest
@@ -31,8 +32,9 @@ def test_no_solution_is_left(chapter, edition):
     for fragment in fragments:
         assert fragment not in handout, f"solution left in the classroom notebook: {fragment!r}"
         assert fragment not in text, f"solution left on the classroom website: {fragment!r}"
-    assert "solution" not in " ".join(" ".join(tag.get("class", []))
-                                      for tag in BeautifulSoup(page, "html.parser").find_all(True))
+    assert "solution" not in " ".join(
+        " ".join(tag.get("class", [])) for tag in BeautifulSoup(page, "html.parser").find_all(True)
+    )
     assert "{solution" not in handout
     assert "#sol-" not in handout and "Classroom edition" in handout, "links to the solutions"
     assert "colab.research.google.com" not in page, "Colab opens the public notebooks"
@@ -57,18 +59,22 @@ def test_every_written_part_has_an_answer_cell_on_the_classroom_website(chapter,
 
 
 def test_the_classroom_website_does_not_promise_solutions(edition):
-    home = BeautifulSoup((edition / "_build" / "html" / "intro.html").read_text(),
-                         "html.parser").get_text()
+    home = BeautifulSoup(
+        (edition / "_build" / "html" / "intro.html").read_text(), "html.parser"
+    ).get_text()
     assert "classroom edition" in home
     assert "folded away" not in home and "For instructors" not in home
 
 
 def test_stub_keeps_the_indentation_and_signature():
-    source = ("def f(x):\n    \"\"\"doc\"\"\"\n    # BEGIN SOLUTION\n    y = x + 1\n"
-              "    return y\n    # END SOLUTION\n\nprint(f)")
+    source = (
+        'def f(x):\n    """doc"""\n    # BEGIN SOLUTION\n    y = x + 1\n'
+        "    return y\n    # END SOLUTION\n\nprint(f)"
+    )
     assert exercises.stub_solutions(source) == (
-        "def f(x):\n    \"\"\"doc\"\"\"\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
-        "\nprint(f)")
+        'def f(x):\n    """doc"""\n    # YOUR CODE HERE\n    raise NotImplementedError()\n'
+        "\nprint(f)"
+    )
 
 
 def test_otter_tests_take_the_names_they_read_and_no_builtins():

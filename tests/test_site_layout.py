@@ -56,8 +56,10 @@ MEASURE = """() => {
 
 def learner_colab_url(chapter):
     repository = urllib.parse.urlparse(CONFIG["repository"]["url"]).path.strip("/")
-    return (f"https://colab.research.google.com/github/{repository}/blob/"
-            f"{CONFIG['repository']['branch']}/notebooks/{chapter.name}")
+    return (
+        f"https://colab.research.google.com/github/{repository}/blob/"
+        f"{CONFIG['repository']['branch']}/notebooks/{chapter.name}"
+    )
 
 
 def figure_text_sizes(chapter):
@@ -134,8 +136,9 @@ def test_chapter_page_shows_its_parts(chapter, browser, base_url):
     hrefs = page.eval_on_selector_all("a", "links => links.map(a => a.getAttribute('href'))")
     assert not [h for h in hrefs if h and "colab" in h and h != colab]
     download = page.query_selector("article .course-launch a.course-download")
-    with urllib.request.urlopen(urllib.parse.urljoin(page.url, download.get_attribute("href"))
-                                ) as served_notebook:
+    with urllib.request.urlopen(
+        urllib.parse.urljoin(page.url, download.get_attribute("href"))
+    ) as served_notebook:
         assert served_notebook.read() == (ROOT / "notebooks" / chapter.name).read_bytes()
 
 
@@ -224,5 +227,3 @@ def test_pdf_equations_and_code_fit_the_printed_column(name, browser, base_url, 
     assert result["codes"] or not name.startswith("chapters/")
     assert not result["wide"], f"equations wider than the printed column: {result['wide']}"
     assert not result["wrapped"], f"code wrapped in print: {result['wrapped'][:3]}"
-
-

@@ -17,6 +17,7 @@ from tools import ROOT, exercises, learner
 
 # --------------------------------------------------------------------------- links and markup
 
+
 def html_pages(site):
     return sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)
 
@@ -71,7 +72,7 @@ def test_every_link_of_the_learner_edition_reaches_the_website(site):
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for url in re.findall(rf"\]\(({re.escape(base)}[^)\s]*)\)", notebook.read_text()):
             count += 1
-            path, _, fragment = url[len(base):].partition("#")
+            path, _, fragment = url[len(base) :].partition("#")
             target = site / (path or "index.html")
             if not target.is_file() or (fragment and fragment not in element_ids(target, ids)):
                 broken.append(f"{notebook.name}: {url}")
@@ -83,34 +84,42 @@ def test_learner_edition_numbers_and_cites_as_the_website_does(chapter, site):
     page = BeautifulSoup((site / f"{page_name(chapter)}.html").read_text(), "html.parser")
     text = (ROOT / "notebooks" / chapter.name).read_text()
     key_of = {make_id(f"cite-{key}"): key for key in learner.bibliography()}
-    citations = {(a["href"].split("#")[1], a.get_text()) for a in
-                 page.select('a[href*="bibliography.html#cite-"]')}
+    citations = {
+        (a["href"].split("#")[1], a.get_text())
+        for a in page.select('a[href*="bibliography.html#cite-"]')
+    }
     assert citations
     for anchor, shown in citations:
         assert learner.citation_text(key_of[anchor]) == shown, (anchor, shown)
     smart = str.maketrans("‘’“”", "''\"\"")  # Sphinx's smart quotes, undone
-    figures = [" ".join(c.get_text().split()).translate(smart)
-               for c in page.select("figure figcaption")]
+    figures = [
+        " ".join(c.get_text().split()).translate(smart) for c in page.select("figure figcaption")
+    ]
     notebook = nbformat.read(ROOT / "notebooks" / chapter.name, as_version=4)
     learner_figures = [c.source for c in notebook.cells if c.source.startswith("*Figure ")]
     assert learner_figures  # the figures of the lecture (those of solutions stay online)
     for caption in learner_figures:
         number, words = re.match(r"\*Figure (\d+\.\d+)\. (\S+ \S+)", caption).groups()
         assert any(f.startswith(f"Fig. {number} {words}") for f in figures), (number, words)
-    exercises = [" ".join(t.get_text().split()) for t in
-                 page.select(".exercise > .admonition-title")]
+    exercises = [
+        " ".join(t.get_text().split()) for t in page.select(".exercise > .admonition-title")
+    ]
     headings = re.findall(r"### Exercise (\d+\.\d+): ", text)
     assert [e.split(" (")[0] for e in exercises] == [f"Exercise {n}" for n in headings]
     points = r"\(★+, [\d.]+ points?\)"
     assert [re.findall(points, e)[-1] for e in exercises] == re.findall(
-        rf"### Exercise \d+\.\d+: .*?({points})", text), "the points differ"
+        rf"### Exercise \d+\.\d+: .*?({points})", text
+    ), "the points differ"
 
 
 # ------------------------------------------------------- the instructors' guide and back matter
 
+
 def table_rows(table):
-    return [[" ".join(td.get_text().split()) for td in tr.find_all(["td", "th"])]
-            for tr in table.find_all("tr")]
+    return [
+        [" ".join(td.get_text().split()) for td in tr.find_all(["td", "th"])]
+        for tr in table.find_all("tr")
+    ]
 
 
 def test_reading_times_are_counted_from_the_chapters(site):
@@ -120,8 +129,11 @@ def test_reading_times_are_counted_from_the_chapters(site):
     for chapter in CHAPTERS:
         cells = list(lecture_and_prompt_cells(nbformat.read(chapter, as_version=4)))
         words = sum(len(c.source.split()) for c in cells if c.cell_type == "markdown")
-        lines = sum(len([x for x in c.source.splitlines() if x.strip()])
-                    for c in cells if c.cell_type == "code")
+        lines = sum(
+            len([x for x in c.source.splitlines() if x.strip()])
+            for c in cells
+            if c.cell_type == "code"
+        )
         minutes = max(5, 5 * round((words / 125 + lines / 20) / 5))
         row = rows[str(int(chapter.name[:2]))]
         assert row[1:4] == [f"{words:,}", f"{lines:,}", f"{minutes} min"], (chapter.name, row)
@@ -129,8 +141,11 @@ def test_reading_times_are_counted_from_the_chapters(site):
 
 def test_the_instructors_tables_are_the_grading_records(site):
     page = BeautifulSoup((site / "instructors.html").read_text(), "html.parser")
-    tables = {rubric.get_text().split(":")[0]: rubric.find_next("table")
-              for rubric in page.select("p.rubric") if rubric.get_text().startswith("Chapter")}
+    tables = {
+        rubric.get_text().split(":")[0]: rubric.find_next("table")
+        for rubric in page.select("p.rubric")
+        if rubric.get_text().startswith("Chapter")
+    }
     assert len(tables) == len(CHAPTERS)
     for chapter in CHAPTERS:
         found = exercises.exercises(nbformat.read(chapter, as_version=4))
@@ -139,8 +154,13 @@ def test_the_instructors_tables_are_the_grading_records(site):
         for row, exercise in zip(rows, found):
             record, title = exercise.record, exercise.prompt.source.splitlines()[0]
             stars = re.search(r"\((★+)\)", title)[1]
-            expected_kind = ("code + written" if exercise.is_coding and exercise.written_points
-                             else "code" if exercise.is_coding else "written")
+            expected_kind = (
+                "code + written"
+                if exercise.is_coding and exercise.written_points
+                else "code"
+                if exercise.is_coding
+                else "written"
+            )
             assert row[2:5] == [stars, expected_kind, str(record.get("points") or "–")], row
             assert row[5].startswith(str(record.get("hidden_points") or "–"))
             assert row[6] == str(exercise.written_points or "–")
@@ -161,8 +181,11 @@ def test_the_index_holds_every_glossary_term_and_the_glossary_every_symbol(site)
     terms = re.findall(r"^(\w[^\n]*)\n  \S", glossary.split("```{glossary}")[1], re.M)
     assert len(terms) >= 40 and all(term in index for term in terms)
     notation = (ROOT / "intro.md").read_text().split("## Notation")[1]
-    symbols = [s for cell in re.findall(r"^\| (\$[^|]+) \|", notation, re.M)
-               for s in re.findall(r"\$[^$]+\$", cell)]
+    symbols = [
+        s
+        for cell in re.findall(r"^\| (\$[^|]+) \|", notation, re.M)
+        for s in re.findall(r"\$[^$]+\$", cell)
+    ]
     assert len(symbols) > 25
     missing = [s for s in symbols if s not in glossary]
     assert not missing, f"notation symbols not in the glossary: {missing}"
@@ -176,15 +199,22 @@ def test_the_index_points_into_the_chapters(site):
     for item in page.select("table.indextable > tr > td > ul > li"):
         name = " ".join(item.find(string=True, recursive=True).split())
         entries[name] = [a["href"] for a in item.select("ul a")]
-    for term, chapter in [("softmax", "03_"), ("padding mask", "05_"),
-                          ("permutation equivariance", "07_"), ("FlashAttention", "12_"),
-                          ("masked_softmax (attention_course)", "05_"),
-                          ("flash_attention (attention_course)", "12_")]:
+    for term, chapter in [
+        ("softmax", "03_"),
+        ("padding mask", "05_"),
+        ("permutation equivariance", "07_"),
+        ("FlashAttention", "12_"),
+        ("masked_softmax (attention_course)", "05_"),
+        ("flash_attention (attention_course)", "12_"),
+    ]:
         assert any(f"chapters/{chapter}" in href for href in entries.get(term, [])), (
-            term, entries.get(term))
+            term,
+            entries.get(term),
+        )
     assert sum(name.endswith("(attention_course)") for name in entries) >= 20
-    home = BeautifulSoup((site / "chapters" / f"{CHAPTERS[0].stem}.html").read_text(),
-                         "html.parser")
+    home = BeautifulSoup(
+        (site / "chapters" / f"{CHAPTERS[0].stem}.html").read_text(), "html.parser"
+    )
     assert home.select_one('.course-index-link a[href="../genindex.html"]')
 
 
@@ -205,5 +235,3 @@ def test_the_map_links_every_chapter(site):
     section = page.find(id="the-map")
     hrefs = {a["href"].split("#")[0] for a in section.find_all("a")}
     assert all(f"chapters/{chapter.stem}.html" in hrefs for chapter in CHAPTERS)
-
-

@@ -37,8 +37,9 @@ SHAPE = dict(batch=2, heads=8, length=1024, head_dim=64)
 
 def inputs(batch, heads, length, head_dim, dtype=torch.float32, seed=0):
     generator = torch.Generator().manual_seed(seed)
-    return [torch.randn(batch, heads, length, head_dim, generator=generator).to(dtype)
-            for _ in range(3)]
+    return [
+        torch.randn(batch, heads, length, head_dim, generator=generator).to(dtype) for _ in range(3)
+    ]
 
 
 def plain_causal(q, k, v):
@@ -84,8 +85,10 @@ def memory_cases(names):
     case on SHAPE's inputs, after a warm-up on other inputs of the same size. The inputs are
     made here, before the measurement: only what the case allocates is counted."""
     warm, measured = inputs(**SHAPE, seed=1), inputs(**SHAPE)
-    return [(lambda case=CASES[name]: case(*warm), lambda case=CASES[name]: case(*measured))
-            for name in names]
+    return [
+        (lambda case=CASES[name]: case(*warm), lambda case=CASES[name]: case(*measured))
+        for name in names
+    ]
 
 
 def peaks_in_full_tensors(names):
@@ -102,23 +105,31 @@ def half_precision_errors(length=4096, head_dim=64):
         q, k, v = inputs(1, 1, length, head_dim, dtype=dtype, seed=1)
         for causal in (False, True):
             reference = torch.nn.functional.scaled_dot_product_attention(
-                q.double(), k.double(), v.double(), is_causal=causal)
+                q.double(), k.double(), v.double(), is_causal=causal
+            )
             ours, _ = scaled_dot_product_attention(q, k, v, is_causal=causal)
             theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            rows.append((str(dtype).replace("torch.", ""), causal,
-                         (ours.double() - reference).abs().max().item(),
-                         (theirs.double() - reference).abs().max().item()))
+            rows.append(
+                (
+                    str(dtype).replace("torch.", ""),
+                    causal,
+                    (ours.double() - reference).abs().max().item(),
+                    (theirs.double() - reference).abs().max().item(),
+                )
+            )
     return rows
 
 
-TILED = {"naive": naive_attention, "tiled": flash_attention,
-         "sdpa": torch.nn.functional.scaled_dot_product_attention}
+TILED = {
+    "naive": naive_attention,
+    "tiled": flash_attention,
+    "sdpa": torch.nn.functional.scaled_dot_product_attention,
+}
 
 
 def tiled_against_others(lengths=(4096, 8192)):
     """{(implementation, L): (best-of-3 seconds, peak extra bytes)}."""
-    memory = {name: dict(zip(lengths, peak_extra_memory(name, lengths)))
-              for name in TILED}
+    memory = {name: dict(zip(lengths, peak_extra_memory(name, lengths))) for name in TILED}
     rows = {}
     with torch.no_grad():
         for length in lengths:
@@ -138,15 +149,22 @@ def decoding_against_transformers(new_tokens=128, repeats=3):
     from attention_course.pretrained import gguf_path, load_smollm2
 
     path = gguf_path()
-    theirs = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                  dtype=torch.float32).eval()
+    theirs = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    ).eval()
     ours, tokenizer = load_smollm2()
     prompt = torch.tensor([tokenizer.encode("The capital of France is").ids])
-    runs = {"course": lambda: ours.generate(prompt, new_tokens),
-            "transformers": lambda: theirs.generate(
-                prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                do_sample=False, pad_token_id=0)}
-    texts = [run()[0, prompt.shape[1]:] for run in runs.values()]  # and warm up
+    runs = {
+        "course": lambda: ours.generate(prompt, new_tokens),
+        "transformers": lambda: theirs.generate(
+            prompt,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=0,
+        ),
+    }
+    texts = [run()[0, prompt.shape[1] :] for run in runs.values()]  # and warm up
     shared = int((texts[0] != texts[1]).int().cumsum(0).eq(0).sum())
     best = {name: math.inf for name in runs}
     for _ in range(repeats):
@@ -158,18 +176,24 @@ def decoding_against_transformers(new_tokens=128, repeats=3):
 def main():
     torch.manual_seed(0)
     q, k, v = inputs(**SHAPE)
-    print(f"shape (B, H, L, d) = {tuple(SHAPE.values())}, float32, one thread (processor "
-          "time, least of 5 calls; memory in a fresh process)")
+    print(
+        f"shape (B, H, L, d) = {tuple(SHAPE.values())}, float32, one thread (processor "
+        "time, least of 5 calls; memory in a fresh process)"
+    )
     print(f"{'case':<36}{'ms':>8}{'vs plain':>10}{'peak (full tensors)':>22}{'vs plain':>10}")
     with torch.no_grad():
         times = {name: best_seconds(case, q, k, v, repeats=5) for name, case in CASES.items()}
     peaks = peaks_in_full_tensors(list(CASES))
-    plain = {kind: next(name for name in CASES if name.startswith(f"plain PyTorch, {kind}"))
-             for kind in ("unmasked", "causal", "padded")}
+    plain = {
+        kind: next(name for name in CASES if name.startswith(f"plain PyTorch, {kind}"))
+        for kind in ("unmasked", "causal", "padded")
+    }
     for name, seconds in times.items():
         base = plain[next(kind for kind in plain if kind in name)]
-        print(f"{name:<36}{1000 * seconds:>8.1f}{seconds / times[base]:>9.2f}x"
-              f"{peaks[name]:>22.2f}{peaks[name] / peaks[base]:>9.2f}x")
+        print(
+            f"{name:<36}{1000 * seconds:>8.1f}{seconds / times[base]:>9.2f}x"
+            f"{peaks[name]:>22.2f}{peaks[name] / peaks[base]:>9.2f}x"
+        )
     print("\nhalf precision, L = 4096, d = 64: largest error against float64")
     print(f"{'dtype':<10}{'causal':>8}{'package':>12}{'PyTorch':>12}")
     for dtype, causal, ours, theirs in half_precision_errors():
@@ -178,17 +202,24 @@ def main():
     print("\ntiled attention (blocks of 128), one head, d = 64, float32, one thread")
     for length in sorted({length for _, length in rows}):
         seconds, memory = rows["tiled", length]
-        print(f"L = {length}: {1000 * seconds:.0f} ms, {memory / 2**20:.1f} MiB extra; "
-              + "; ".join(
-                  f"vs {name}: time x{seconds / rows[name, length][0]:.2f}, "
-                  f"memory x{memory / rows[name, length][1]:.3f}"
-                  for name in ("naive", "sdpa")))
+        print(
+            f"L = {length}: {1000 * seconds:.0f} ms, {memory / 2**20:.1f} MiB extra; "
+            + "; ".join(
+                f"vs {name}: time x{seconds / rows[name, length][0]:.2f}, "
+                f"memory x{memory / rows[name, length][1]:.3f}"
+                for name in ("naive", "sdpa")
+            )
+        )
     ours, theirs, shared = decoding_against_transformers()
-    print("\nSmolLM2-135M-Instruct, greedy decoding of 128 tokens with a KV cache, float32, "
-          "one thread")
-    print(f"course TinyDecoder.generate: {ours:.1f} tokens/s; transformers generate: "
-          f"{theirs:.1f} tokens/s; ratio {ours / theirs:.2f} (the first {shared} tokens "
-          "identical)")
+    print(
+        "\nSmolLM2-135M-Instruct, greedy decoding of 128 tokens with a KV cache, float32, "
+        "one thread"
+    )
+    print(
+        f"course TinyDecoder.generate: {ours:.1f} tokens/s; transformers generate: "
+        f"{theirs:.1f} tokens/s; ratio {ours / theirs:.2f} (the first {shared} tokens "
+        "identical)"
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,17 @@ def build(source=ROOT, output=ROOT, pdfs=tuple(pdf.EDITIONS)):
     folder; any Sphinx warning fails the build. Every page is written anew (--all): Sphinx
     skips its static files when no page changed."""
     jupyter_book = pathlib.Path(sys.executable).parent / "jupyter-book"
-    command = [str(jupyter_book), "build", str(source), "--path-output", str(output),
-               "-W", "-n", "--keep-going", "--all"]
+    command = [
+        str(jupyter_book),
+        "build",
+        str(source),
+        "--path-output",
+        str(output),
+        "-W",
+        "-n",
+        "--keep-going",
+        "--all",
+    ]
     # The book's extensions (_ext/) import the tools package: the repository goes first on the
     # Sphinx process's path, wherever the source is (the classroom edition builds a copy).
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
@@ -31,5 +40,7 @@ def build(source=ROOT, output=ROOT, pdfs=tuple(pdf.EDITIONS)):
 
 if __name__ == "__main__":
     arguments = [a for a in sys.argv[1:] if a != "--no-pdf"]
-    build(*[pathlib.Path(a) for a in arguments[:2]],
-          **({"pdfs": ()} if "--no-pdf" in sys.argv else {}))
+    build(
+        *[pathlib.Path(a) for a in arguments[:2]],
+        **({"pdfs": ()} if "--no-pdf" in sys.argv else {}),
+    )

@@ -26,9 +26,11 @@ from tools import ROOT, book, exercises, learner
 BOOK_FILES = ["intro.md", "glossary.md", "licences.md", "bibliography.md", "references.bib"]
 INSTRUCTOR_PAGES = ["instructors"]  # left out of the classroom edition
 BOOK_FOLDERS = ["_ext", "_static", "_templates"]
-NOTICE = ("\n```{note}\nThis is the **classroom edition**: solutions are not included. Coding "
-          "exercises have a stub for your answer and a cell that checks it; written exercises "
-          "have a cell for your answer.\n```\n")
+NOTICE = (
+    "\n```{note}\nThis is the **classroom edition**: solutions are not included. Coding "
+    "exercises have a stub for your answer and a cell that checks it; written exercises "
+    "have a cell for your answer.\n```\n"
+)
 INSTRUCTOR_ONLY = re.compile(r"<!-- instructor-only -->.*?<!-- /instructor-only -->\n?", re.S)
 
 
@@ -59,8 +61,13 @@ def write_source_tree(source):
     config["title"] += " (classroom edition)"
     config["launch_buttons"]["colab_url"] = ""
     config["sphinx"]["config"]["course_root"] = str(ROOT)  # its notebooks and package
-    config["exclude_patterns"] = ["_build", "_ext", "_templates", "notebooks",
-                                  "**.ipynb_checkpoints"]
+    config["exclude_patterns"] = [
+        "_build",
+        "_ext",
+        "_templates",
+        "notebooks",
+        "**.ipynb_checkpoints",
+    ]
     (source / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     for path in learner.CHAPTERS:
         nbformat.write(chapter_without_solutions(path), source / "chapters" / path.name)

@@ -15,12 +15,14 @@ _fetch_metadata = inline._fetch_figure_metadata
 
 def _with_text_sizes(figure):
     figure.canvas.draw()  # tick labels get their text when the figure is drawn
-    sizes = [text.get_fontsize() for text in figure.findobj(matplotlib.text.Text)
-             if text.get_visible() and text.get_text().strip()]
+    sizes = [
+        text.get_fontsize()
+        for text in figure.findobj(matplotlib.text.Text)
+        if text.get_visible() and text.get_text().strip()
+    ]
     metadata = dict(_fetch_metadata(figure) or {})
     if sizes:
-        metadata["figure_text"] = {"smallest_pt": round(min(sizes), 2),
-                                   "dpi": round(figure.dpi, 2)}
+        metadata["figure_text"] = {"smallest_pt": round(min(sizes), 2), "dpi": round(figure.dpi, 2)}
     return metadata or None
 
 

@@ -82,8 +82,7 @@ def write_nbgrader(paths, out):
     (out / "nbgrader_config.py").write_text(NBGRADER_CONFIG)
     for path in paths:
         source = nbformat.read(path, as_version=4)
-        cells = learner.plain_markdown(exercises.nbgrader_cells(source), path,
-                                       link_solutions=False)
+        cells = learner.plain_markdown(exercises.nbgrader_cells(source), path, link_solutions=False)
         notebook = _notebook_like(source, cells)
         folder = out / "source" / path.stem
         folder.mkdir(parents=True, exist_ok=True)
@@ -121,8 +120,9 @@ def write_otter(paths, out, colab=False):
     for path in paths:
         source = nbformat.read(path, as_version=4)
         config = otter_config(path.stem, colab, extras_needed(source))
-        cells = learner.plain_markdown(exercises.otter_cells(source, config), path,
-                                       link_solutions=False)
+        cells = learner.plain_markdown(
+            exercises.otter_cells(source, config), path, link_solutions=False
+        )
         notebook = _notebook_like(source, cells)
         folder = out / path.stem
         folder.mkdir(parents=True, exist_ok=True)

@@ -23,9 +23,13 @@ FIGURE_TEXT = pathlib.Path(__file__).with_name("figure_text.py")
 def run(notebook, cwd):
     """Execute a notebook object in place with the current Python's kernel, in folder cwd;
     each figure's output records its smallest text (tools/figure_text.py)."""
-    client = NotebookClient(notebook, timeout=900, kernel_name="python3",
-                            resources={"metadata": {"path": str(cwd)}},
-                            extra_arguments=[f"--IPKernelApp.exec_files={FIGURE_TEXT}"])
+    client = NotebookClient(
+        notebook,
+        timeout=900,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(cwd)}},
+        extra_arguments=[f"--IPKernelApp.exec_files={FIGURE_TEXT}"],
+    )
     client.execute()
     return notebook
 

@@ -27,8 +27,9 @@ PACKAGES = {  # Debian package -> what needs it
 
 def installed(package):
     """Whether dpkg lists `package` as installed."""
-    status = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package],
-                            capture_output=True, text=True, check=False).stdout
+    status = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
+    ).stdout
     return status.endswith("install ok installed")
 
 
@@ -41,18 +42,25 @@ def missing():
 
 def how_to_install(packages):
     """How to install `packages` and what needs them, in words."""
-    return (f"`sudo apt-get install {' '.join(packages)}` (or `make system` as root); "
-            + "; ".join(f"{package} for {PACKAGES[package]}" for package in packages))
+    return f"`sudo apt-get install {' '.join(packages)}` (or `make system` as root); " + "; ".join(
+        f"{package} for {PACKAGES[package]}" for package in packages
+    )
 
 
 def install(packages):
     """apt-get install `packages`, saying so in one line first."""
-    print(f"make system: installing the Debian packages {', '.join(packages)} with apt-get",
-          flush=True)
+    print(
+        f"make system: installing the Debian packages {', '.join(packages)} with apt-get",
+        flush=True,
+    )
     environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], env=environment, check=True)
-    subprocess.run(["apt-get", "install", "-y", "-qq", *packages],
-                   env=environment, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", *packages],
+        env=environment,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def main(argv=None):

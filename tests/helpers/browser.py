@@ -26,8 +26,10 @@ def require_chromium():
     """Debian's chromium; where it is missing, the test says that it did not run."""
     found = pdf.chromium()
     if not found:
-        did_not_run(f"Debian's chromium is not installed: the browser tests did NOT run; "
-                    f"install it with {system.how_to_install([system.CHROMIUM])}")
+        did_not_run(
+            f"Debian's chromium is not installed: the browser tests did NOT run; "
+            f"install it with {system.how_to_install([system.CHROMIUM])}"
+        )
     return found
 
 

@@ -10,8 +10,11 @@ from tools import ROOT, exercises
 
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-RAW_MYST = re.compile(r":::\{|```\{|\{(?:cite|ref|numref|doc|eq|term|index)(?::\w+)?\}`"
-                      r"|^:(?:label|class|name):", re.M)
+RAW_MYST = re.compile(
+    r":::\{|```\{|\{(?:cite|ref|numref|doc|eq|term|index)(?::\w+)?\}`"
+    r"|^:(?:label|class|name):",
+    re.M,
+)
 
 
 def page_name(chapter):
