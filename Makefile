@@ -1,23 +1,27 @@
-# Every target creates .venv from requirements.txt by itself on a fresh machine.
+# Every target creates .venv from requirements.txt by itself on a fresh machine; book and test
+# first install the Debian packages they need (make system), and say so when they do.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 READY  := $(VENV)/.requirements-installed
 PORT   ?= 8000
 
-.PHONY: help book pdf test notebooks student nbgrader otter serve execute bench clean
+.PHONY: help system book pdf test notebooks classroom nbgrader otter serve execute bench clean
 
 help:
-	@echo "make book     build the website into _build/html (warnings are errors) and its PDFs"
-	@echo "make pdf      the same: the PDFs are in _build/html/pdf"
-	@echo "make test     everything CI checks: package, notebooks, book, Colab, browser, student"
+	@echo "make system    install the Debian packages book and test need (Chromium, a CJK font),"
+	@echo "               as root with apt-get; book and test run it first; fast when installed"
+	@echo "make book      build the website into _build/html (warnings are errors) and its PDFs"
+	@echo "make pdf       the same: the PDFs are in _build/html/pdf"
+	@echo "make test      everything CI checks: package, notebooks, book, Colab, browser, editions"
 	@echo "make notebooks the learner edition in notebooks/ (what Colab opens): no solutions"
-	@echo "make student  the student edition: _build/student/{notebooks,_build/html}"
-	@echo "make nbgrader nbgrader course folder _build/nbgrader (CH=01 for one chapter)"
-	@echo "make otter    Otter-Grader master notebooks in _build/otter (CH=01, COLAB=1 for Colab)"
-	@echo "make serve    preview _build/html on http://127.0.0.1:$(PORT)"
-	@echo "make execute  re-run notebooks, store their outputs, rewrite the learner edition"
-	@echo "make bench    time each notebook; the masked/causal attention paths and half precision"
+	@echo "make classroom the classroom edition, to host for a class: a website without solutions"
+	@echo "               and the learner notebooks without links to them, in _build/classroom/"
+	@echo "make nbgrader  nbgrader course folder _build/nbgrader (CH=01 for one chapter)"
+	@echo "make otter     Otter-Grader master notebooks in _build/otter (CH=01, COLAB=1 for Colab)"
+	@echo "make serve     preview _build/html on http://127.0.0.1:$(PORT)"
+	@echo "make execute   re-run notebooks, store their outputs, rewrite the learner edition"
+	@echo "make bench     time each notebook; the masked/causal attention paths and half precision"
 
 $(READY): requirements.txt requirements-nodeps.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,36 +30,41 @@ $(READY): requirements.txt requirements-nodeps.txt pyproject.toml
 		-r requirements-nodeps.txt
 	touch $@
 
-book: $(READY)
-	$(BIN)/python scripts/book.py
+# The tools run as modules from the repository root (python -m tools.NAME), which puts the
+# root, and so the tools package, on their path.
+system:
+	@$(PYTHON) -m tools.system
+
+book: system $(READY)
+	$(BIN)/python -m tools.book
 
 pdf: book
 
-test: $(READY)
+test: system $(READY)
 	$(BIN)/python -m pytest tests chapters templates --nbval -p no:cacheprovider -rs --durations=30
 
 notebooks: $(READY)
-	$(BIN)/python scripts/learner.py
+	$(BIN)/python -m tools.learner
 
-student: notebooks
-	$(BIN)/python scripts/student.py
+classroom: system notebooks
+	$(BIN)/python -m tools.classroom
 
 nbgrader: $(READY)
-	$(BIN)/python scripts/graders.py nbgrader $(CH)
+	$(BIN)/python -m tools.graders nbgrader $(CH)
 
 otter: $(READY)
-	$(BIN)/python scripts/graders.py otter $(CH) $(if $(COLAB),--colab)
+	$(BIN)/python -m tools.graders otter $(CH) $(if $(COLAB),--colab)
 
 serve: book
 	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
 
 execute: $(READY)
-	$(BIN)/python scripts/notebooks.py execute $(NB)
-	$(BIN)/python scripts/learner.py
+	$(BIN)/python -m tools.notebooks execute $(NB)
+	$(BIN)/python -m tools.learner
 
 bench: $(READY)
-	$(BIN)/python scripts/notebooks.py bench $(NB)
-	$(BIN)/python scripts/bench_attention.py
+	$(BIN)/python -m tools.notebooks bench $(NB)
+	$(BIN)/python -m tools.bench_attention
 
 clean:
 	rm -rf _build

@@ -20,12 +20,13 @@ exercise's time is a range by difficulty, EXERCISE_MINUTES (the instructors' pag
 import math
 import pathlib
 import re
-import sys
 
 import nbformat
 from docutils import nodes
 from docutils.parsers.rst import Directive
 from sphinx import addnodes
+
+from tools import exercises  # the one reader of exercises (tools/book.py puts it on the path)
 
 WORDS_PER_MINUTE, LINES_PER_MINUTE = 125, 20
 EXERCISE_MINUTES = {1: (15, 30), 2: (30, 60), 3: (60, 120)}  # by stars: (least, most)
@@ -53,8 +54,11 @@ def reading_minutes(notebook):
     """(words, code lines, minutes) of a chapter notebook."""
     cells = list(lecture_cells(notebook))
     words = sum(len(c.source.split()) for c in cells if c.cell_type == "markdown")
-    lines = sum(len([line for line in c.source.splitlines() if line.strip()])
-                for c in cells if c.cell_type == "code")
+    lines = sum(
+        len([line for line in c.source.splitlines() if line.strip()])
+        for c in cells
+        if c.cell_type == "code"
+    )
     return words, lines, words / WORDS_PER_MINUTE + lines / LINES_PER_MINUTE
 
 
@@ -64,23 +68,22 @@ def title_of(notebook):
 
 def exercise_rows(path, notebook):
     """Each exercise's number, title, stars, kind and points, from its grading record."""
-    sys.path.insert(0, str(pathlib.Path(path).parents[1] / "scripts"))
-    import exercises  # noqa: E402  (scripts/exercises.py: the one reader of exercises)
-
     rows = []
     for number, exercise in enumerate(exercises.exercises(notebook), start=1):
         title = re.search(r":::\{exercise\}\s*(.*)", exercise.prompt.source)[1]
         record = exercise.record
-        rows.append({
-            "number": f"{int(path.name[:2])}.{number}",
-            "title": STARS.sub("", title).strip(),
-            "stars": len(STARS.search(title)[1]) if STARS.search(title) else 0,
-            "coding": exercise.is_coding,
-            "public": record.get("points", 0),
-            "hidden": record.get("hidden_points", 0),
-            "hidden_tests": len(record.get("hidden_tests", "").splitlines()),
-            "written": exercise.written_points,
-        })
+        rows.append(
+            {
+                "number": f"{int(path.name[:2])}.{number}",
+                "title": STARS.sub("", title).strip(),
+                "stars": len(STARS.search(title)[1]) if STARS.search(title) else 0,
+                "coding": exercise.is_coding,
+                "public": record.get("points", 0),
+                "hidden": record.get("hidden_points", 0),
+                "hidden_tests": len(record.get("hidden_tests", "").splitlines()),
+                "written": exercise.written_points,
+            }
+        )
     return rows
 
 
@@ -92,10 +95,18 @@ def chapter_facts(srcdir, with_exercises=True):
         notebook = nbformat.read(path, as_version=4)
         words, lines, minutes = reading_minutes(notebook)
         prompts = sum(c.source.startswith(":::{exercise}") for c in notebook.cells)
-        facts.append({"number": int(path.name[:2]), "stem": path.stem,
-                      "title": title_of(notebook), "words": words, "lines": lines,
-                      "minutes": minutes, "prompts": prompts,
-                      "exercises": exercise_rows(path, notebook) if with_exercises else []})
+        facts.append(
+            {
+                "number": int(path.name[:2]),
+                "stem": path.stem,
+                "title": title_of(notebook),
+                "words": words,
+                "lines": lines,
+                "minutes": minutes,
+                "prompts": prompts,
+                "exercises": exercise_rows(path, notebook) if with_exercises else [],
+            }
+        )
     return facts
 
 
@@ -157,10 +168,14 @@ class _ChapterDirective(Directive):
 
     def chapter_link(self, fact):
         """A paragraph holding a link to the chapter's page, as the {doc} role makes."""
-        reference = addnodes.pending_xref("", refdomain="std", reftype="doc",
-                                          reftarget=f"/chapters/{fact['stem']}",
-                                          refexplicit=True, refdoc=self.state.document
-                                          .settings.env.docname)
+        reference = addnodes.pending_xref(
+            "",
+            refdomain="std",
+            reftype="doc",
+            reftarget=f"/chapters/{fact['stem']}",
+            refexplicit=True,
+            refdoc=self.state.document.settings.env.docname,
+        )
         reference += nodes.inline(text=f"{fact['number']}. {fact['title']}")
         paragraph = nodes.paragraph()
         paragraph += reference
@@ -168,18 +183,29 @@ class _ChapterDirective(Directive):
 
 
 class ReadingTimes(_ChapterDirective):
-    with_exercises = False  # the home page of the student edition shows it too
+    with_exercises = False  # the home page of the classroom edition shows it too
 
     def run(self):
         rows, total = [], 0
         for fact in self.facts():
             total += rounded_minutes(fact["minutes"])
-            rows.append([self.chapter_link(fact), f"{fact['words']:,}", f"{fact['lines']:,}",
-                         f"{rounded_minutes(fact['minutes'])} min",
-                         str(fact["prompts"])])
+            rows.append(
+                [
+                    self.chapter_link(fact),
+                    f"{fact['words']:,}",
+                    f"{fact['lines']:,}",
+                    f"{rounded_minutes(fact['minutes'])} min",
+                    str(fact["prompts"]),
+                ]
+            )
         rows.append(["all chapters", "", "", f"{total // 60} h {total % 60:02d} min", ""])
-        return [table(["chapter", "words", "lines of code", "reading time", "exercises"],
-                      rows, [6, 1, 1, 1, 1])]
+        return [
+            table(
+                ["chapter", "words", "lines of code", "reading time", "exercises"],
+                rows,
+                [6, 1, 1, 1, 1],
+            )
+        ]
 
 
 def kind(row):
@@ -194,17 +220,37 @@ class ExerciseTables(_ChapterDirective):
         out = []
         for fact in self.facts():
             section = nodes.rubric(text=f"Chapter {fact['number']}: {fact['title']}")
-            rows = [[row["number"], inline_nodes(row["title"]), "★" * row["stars"], kind(row),
-                     row["public"] or "–",
-                     f"{row['hidden']} ({row['hidden_tests']} tests)" if row["hidden"] else "–",
-                     row["written"] or "–"]
-                    for row in fact["exercises"]]
+            rows = [
+                [
+                    row["number"],
+                    inline_nodes(row["title"]),
+                    "★" * row["stars"],
+                    kind(row),
+                    row["public"] or "–",
+                    f"{row['hidden']} ({row['hidden_tests']} tests)" if row["hidden"] else "–",
+                    row["written"] or "–",
+                ]
+                for row in fact["exercises"]
+            ]
             automatic = sum(r["public"] + r["hidden"] for r in fact["exercises"])
             by_hand = sum(r["written"] for r in fact["exercises"])
             rows.append(["", "total", "", "", "", f"{automatic} automatic", f"{by_hand} by hand"])
-            out += [section, table(["", "exercise", "difficulty", "kind", "public points",
-                                    "hidden points", "written points"], rows,
-                                   [1, 5, 1, 4, 1, 2, 1])]
+            out += [
+                section,
+                table(
+                    [
+                        "",
+                        "exercise",
+                        "difficulty",
+                        "kind",
+                        "public points",
+                        "hidden points",
+                        "written points",
+                    ],
+                    rows,
+                    [1, 5, 1, 4, 1, 2, 1],
+                ),
+            ]
         return out
 
 
@@ -237,12 +283,22 @@ class Syllabus(_ChapterDirective):
                     paragraph += nodes.Text("; ")
                 paragraph += self.chapter_link(fact).children[0]
             least, most = workload_hours(minutes, exercises)
-            rows.append([period, paragraph,
-                         f"{math.floor(minutes / 60)} h {minutes % 60:02d} min",
-                         f"{len(exercises)}: " + ", ".join(r["number"] for r in exercises),
-                         f"{least:.0f} to {most:.0f} h"])
-        return [table(["period", "chapters", "reading", "exercises set", "work (reading "
-                       "and exercises)"], rows, [1, 5, 1, 4, 2])]
+            rows.append(
+                [
+                    period,
+                    paragraph,
+                    f"{math.floor(minutes / 60)} h {minutes % 60:02d} min",
+                    f"{len(exercises)}: " + ", ".join(r["number"] for r in exercises),
+                    f"{least:.0f} to {most:.0f} h",
+                ]
+            )
+        return [
+            table(
+                ["period", "chapters", "reading", "exercises set", "work (reading and exercises)"],
+                rows,
+                [1, 5, 1, 4, 2],
+            )
+        ]
 
 
 def setup(app):

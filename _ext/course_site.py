@@ -1,12 +1,12 @@
 """The course's additions to the Jupyter Book website (a local Sphinx extension).
 
-- Chapter pages open the *learner edition* (notebooks/, made by scripts/learner.py): the
+- Chapter pages open the *learner edition* (notebooks/, made by tools/learner.py): the
   Colab button and an "Open in Colab" badge under the title point to it, and the download
   button serves it. The chapters/ notebooks hold the solutions; learners never get those.
 - Code shown in solutions leaves out the graders' `# BEGIN SOLUTION` / `# END SOLUTION` lines.
 - Citations read (Author, Year), in round brackets, as the learner notebooks write them.
 - Each exercise's title shows its points beside its difficulty, from its grading record, as
-  every other edition does (scripts/exercises.py's `with_points`).
+  every other edition does (tools/exercises.py's `with_points`).
 - The index points into the chapters: every glossary term where a chapter defines it (in bold
   or italics) and where the course first uses it, every public name of the package where each
   chapter first uses it.
@@ -18,7 +18,6 @@ import functools
 import pathlib
 import re
 import shutil
-import sys
 
 import nbformat
 import sphinxcontrib.bibtex.plugin
@@ -27,6 +26,8 @@ from sphinx import addnodes
 from sphinx.transforms import SphinxTransform
 from sphinxcontrib.bibtex.style.referencing import BracketStyle
 from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
+
+from tools import exercises  # the one reader of exercises (tools/book.py puts it on the path)
 
 LEARNER_FOLDER = "notebooks"
 GRADER_MARKER = re.compile(r"^[ \t]*# (BEGIN|END) SOLUTION[ \t]*(\n|\Z)", re.M)
@@ -50,7 +51,7 @@ def learner_path(pagename):
 
 
 def course_root(app):
-    """The repository (the student edition builds a copy of the book elsewhere)."""
+    """The repository (the classroom edition builds a copy of the book elsewhere)."""
     return pathlib.Path(app.config.course_root or pathlib.Path(__file__).resolve().parents[1])
 
 
@@ -58,9 +59,6 @@ def show_points(app, docname, source):
     """A chapter's exercise titles with their points (the notebook's text, as read)."""
     if not docname.startswith("chapters/") or '"exercise"' not in source[0]:
         return
-    sys.path.insert(0, str(course_root(app) / "scripts"))
-    import exercises  # scripts/exercises.py: the one reader of exercises
-
     notebook = nbformat.reads(source[0], as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "markdown" and "exercise" in cell.metadata:
@@ -68,16 +66,19 @@ def show_points(app, docname, source):
     source[0] = nbformat.writes(notebook)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def glossary_terms(srcdir):
     """{term: the chapters its glossary entry names ("chapters/05_masking", ...)}."""
     text = pathlib.Path(srcdir, "glossary.md").read_text().split("```{glossary}")[1]
     entries = re.split(r"^(?=\w[^\n]*\n  \S)", text, flags=re.M)
-    return {entry.split("\n")[0]: set(re.findall(r"<(chapters/[\w-]+)>", entry))
-            for entry in entries if re.match(r"\w[^\n]*\n  \S", entry)}
+    return {
+        entry.split("\n")[0]: set(re.findall(r"<(chapters/[\w-]+)>", entry))
+        for entry in entries
+        if re.match(r"\w[^\n]*\n  \S", entry)
+    }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def package_names(root):
     """The package's public functions and classes (its __all__ without its modules)."""
     tree = ast.parse(pathlib.Path(root, "src", "attention_course", "__init__.py").read_text())
@@ -96,13 +97,14 @@ def _words(term):
     return re.compile(rf"(?<![\w-])[{head.lower()}{head.upper()}]{rest}(?:s|es)?(?![\w-])")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def first_uses(srcdir):
     """{glossary term: the first chapter, in reading order, whose text uses it}."""
     found = {}
     for path in sorted(pathlib.Path(srcdir, "chapters").glob("[0-9][0-9]_*.ipynb")):
-        text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
-                         if c.cell_type == "markdown")
+        text = "\n".join(
+            c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"
+        )
         for term in glossary_terms(srcdir):
             if term not in found and _words(term).search(text):
                 found[term] = f"chapters/{path.stem}"
@@ -119,13 +121,21 @@ class ChapterIndex(SphinxTransform):
         if not docname.startswith("chapters/"):
             return
         srcdir = self.env.srcdir
-        paragraphs = [p for p in self.document.findall(nodes.paragraph)
-                      if not isinstance(p.parent, nodes.term)]
+        paragraphs = [
+            p
+            for p in self.document.findall(nodes.paragraph)
+            if not isinstance(p.parent, nodes.term)
+        ]
         for term, defined_in in glossary_terms(srcdir).items():
             pattern = _words(term)
-            defining = [p for p in paragraphs if any(
-                pattern.fullmatch(e.astext().strip()) for e in
-                p.findall(lambda n: isinstance(n, (nodes.strong, nodes.emphasis))))]
+            defining = [
+                p
+                for p in paragraphs
+                if any(
+                    pattern.fullmatch(e.astext().strip())
+                    for e in p.findall(lambda n: isinstance(n, (nodes.strong, nodes.emphasis)))
+                )
+            ]
             used = [p for p in paragraphs if pattern.search(p.astext())]
             if defining:
                 self.add_entry(defining[0], term, main=True)
@@ -133,8 +143,12 @@ class ChapterIndex(SphinxTransform):
                 self.add_entry(used[0], term, main=True)
             elif used and first_uses(srcdir).get(term) == docname:
                 self.add_entry(used[0], term)
-        code = [n for n in self.document.findall(
-            lambda n: isinstance(n, (nodes.literal, nodes.literal_block)))]
+        code = [
+            n
+            for n in self.document.findall(
+                lambda n: isinstance(n, (nodes.literal, nodes.literal_block))
+            )
+        ]
         for name in package_names(course_root(self.app)):
             pattern = re.compile(rf"(?<![\w.]){re.escape(name)}\b")
             used = [n for n in code if pattern.search(n.astext())]
@@ -150,8 +164,7 @@ class ChapterIndex(SphinxTransform):
         entry = f"{entry}; {self.chapter()}"
         target_id = f"index-{self.env.new_serialno('index')}"
         target = nodes.target("", "", ids=[target_id])
-        index = addnodes.index(entries=[("single", entry, target_id, "main" if main else "",
-                                         None)])
+        index = addnodes.index(entries=[("single", entry, target_id, "main" if main else "", None)])
         node.parent.insert(node.parent.index(node), [index, target])
 
 
@@ -177,8 +190,12 @@ def _launch_urls_to_learner_edition(buttons, pagename, learner):
 def colab_url(config, learner):
     repository = config.html_theme_options["repository_url"].rstrip("/")
     branch = config.html_theme_options.get("repository_branch", "main")
-    return (config.html_theme_options["launch_buttons"]["colab_url"].rstrip("/") + "/github/"
-            + repository.split("github.com/")[1] + f"/blob/{branch}/{learner}")
+    return (
+        config.html_theme_options["launch_buttons"]["colab_url"].rstrip("/")
+        + "/github/"
+        + repository.split("github.com/")[1]
+        + f"/blob/{branch}/{learner}"
+    )
 
 
 def add_learner_links(app, pagename, templatename, context, doctree):
@@ -188,17 +205,20 @@ def add_learner_links(app, pagename, templatename, context, doctree):
         return
     _launch_urls_to_learner_edition(context.get("header_buttons", []), pagename, learner)
     pathto = context["pathto"]
-    colab = (  # none in the student edition, which is not the repository's
+    colab = (  # none in the classroom edition, which is not the repository's
         f'<a class="course-colab" href="{colab_url(app.config, learner)}">'
         f'<img src="{pathto("_static/images/logo_colab.png", 1)}" alt="">Open in Colab</a>'
-        if app.config.html_theme_options["launch_buttons"].get("colab_url") else "")
+        if app.config.html_theme_options["launch_buttons"].get("colab_url")
+        else ""
+    )
     badge = (
         f'<p class="course-launch">{colab}'
         f'<a class="course-download" href="{pathto("_sources/" + pagename + ".ipynb", 1)}" '
-        'download>Download the notebook</a>'
+        "download>Download the notebook</a>"
         '<span class="course-launch-note">the chapter without its solutions; '
         f'<a href="{pathto("intro")}#how-to-read-it">on your own machine</a> it needs '
-        'the course package</span></p>')
+        "the course package</span></p>"
+    )
     context["body"] = context["body"].replace("</h1>", "</h1>\n" + badge, 1)
 
 
@@ -210,14 +230,14 @@ def serve_learner_edition(app, exception):
     for target in pathlib.Path(app.outdir, "_sources", "chapters").glob("*.ipynb"):
         learner = learner_folder / target.name
         if not learner.is_file():
-            raise FileNotFoundError(f"{learner}: run `make notebooks` to write the learner "
-                                    "edition")
+            raise FileNotFoundError(f"{learner}: run `make notebooks` to write the learner edition")
         shutil.copyfile(learner, target)
 
 
 def setup(app):
-    sphinxcontrib.bibtex.plugin.register_plugin("sphinxcontrib.bibtex.style.referencing",
-                                                "course_author_year", RoundAuthorYear)
+    sphinxcontrib.bibtex.plugin.register_plugin(
+        "sphinxcontrib.bibtex.style.referencing", "course_author_year", RoundAuthorYear
+    )
     app.add_config_value("course_root", "", "env")
     app.add_transform(ChapterIndex)
     app.connect("source-read", show_points)

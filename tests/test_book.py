@@ -2,17 +2,15 @@
 
 import ast
 import json
-import pathlib
 import re
-import sys
 
 import nbformat
 import pytest
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import exercises  # noqa: E402
+from _ext import course_guide
+from tools import ROOT, exercises
+
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 TEMPLATE = nbformat.read(ROOT / "templates" / "chapter.ipynb", as_version=4)
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -225,7 +223,7 @@ def test_check_cells_only_call_a_check(notebook):
 
 
 def test_every_figure_records_its_smallest_text(notebook):
-    """`make execute` stores each figure's smallest font and dpi (scripts/figure_text.py):
+    """`make execute` stores each figure's smallest font and dpi (tools/figure_text.py):
     the site test turns them into pixels on the page."""
     for cell in code_cells(notebook):
         for output in cell.outputs:
@@ -265,9 +263,6 @@ def test_one_version_and_both_licences_wherever_the_course_is_cited():
 
 
 def test_the_instructors_page_states_the_exercise_times_the_syllabi_add_up():
-    sys.path.insert(0, str(ROOT / "_ext"))
-    import course_guide
-
     text = " ".join((ROOT / "instructors.md").read_text().split())
     ranges = course_guide.EXERCISE_MINUTES
     assert f"allow {ranges[1][0]} to {ranges[1][1]} minutes for an exercise marked ★" in text

@@ -21,8 +21,9 @@ import sysconfig
 
 import nbformat
 import pytest
-from chapter_pool import for_each_chapter, result_for
 from nbclient import NotebookClient
+
+from helpers.chapter_pool import for_each_chapter, result_for
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -226,7 +226,7 @@ def test_seq2seq_long_training_is_what_chapter_6_computes(tmp_path, chapter_6_se
     assert record["steps"] == 960 and record["lengths"] == list(range(1, 9))
     digest = hashlib.sha256((data_dir() / "seq2seq_long_training.json").read_bytes()).hexdigest()
     assert digest in (data_dir() / "README.md").read_text()
-    script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "seq2seq_long_training.py"
+    script = pathlib.Path(__file__).resolve().parents[1] / "tools/data/seq2seq_long_training.py"
     spec = importlib.util.spec_from_file_location("seq2seq_long_training", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -12,13 +12,9 @@ import sys
 import nbformat
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import exercises  # noqa: E402
-import graders  # noqa: E402
-import learner  # noqa: E402
-from chapter_pool import for_each_chapter, result_for  # noqa: E402
-from solution_text import hidden_test_lines, solution_fragments  # noqa: E402
+from helpers.chapter_pool import for_each_chapter, result_for
+from helpers.solution_text import hidden_test_lines, solution_fragments
+from tools import exercises, graders, learner
 
 CHAPTERS = graders.CHAPTERS
 # The graders run as an instructor would run them: the environment's tools on PATH (nbgrader

@@ -45,18 +45,14 @@ rotated keys that transformers caches.
 """
 
 import math
-import pathlib
-import sys
 
 import pytest
 import torch
 
 from attention_course import (LatentCache, MultiHeadLatentAttention, data, latent_cache_bytes)
-from mla_reference import mla_by_loops
+from helpers.mla_reference import mla_by_loops
+from tools.data import deepseek_reference as reference
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import deepseek_reference as reference  # noqa: E402
 
 pytest.importorskip("transformers")
 

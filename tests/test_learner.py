@@ -5,7 +5,6 @@ bottom in Colab, its checks saying "Not yet answered", is tests/test_colab.py.)"
 
 import pathlib
 import re
-import sys
 import sysconfig
 
 import nbformat
@@ -13,13 +12,10 @@ import pytest
 from bs4 import BeautifulSoup
 from nbconvert import HTMLExporter
 
-from browser import launched, open_page, screenshot, served
-from solution_text import hidden_test_lines, solution_fragments
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import exercises  # noqa: E402
-import learner  # noqa: E402
+from helpers.browser import launched, open_page, screenshot
+from helpers.solution_text import hidden_test_lines, solution_fragments
+from tools import ROOT, exercises, learner
+from tools.pdf import served
 
 CHAPTERS = learner.CHAPTERS
 MYST_LEFTOVERS = (":::{", "```{", "{cite}", "{ref}", "{numref}", "{doc}", ":label:", ":class:",

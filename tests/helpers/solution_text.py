@@ -21,18 +21,25 @@ def solution_fragments(notebook):
             for block in SOLUTION_CODE.findall(source):
                 fragments.update(line.strip() for line in block.splitlines())
         fragments.update(cell.metadata.get("exercise", {}).get("hidden_tests", "").splitlines())
-        if (inside and cell.cell_type == "code"
-                and SOLUTION_CODE.search(source)):  # an answer cell: its stub is public
+        if (
+            inside and cell.cell_type == "code" and SOLUTION_CODE.search(source)
+        ):  # an answer cell: its stub is public
             public.append(SOLUTION_CODE.sub("", source))
         elif inside and "check" not in cell.metadata.get("tags", []):
             fragments.update(line.strip() for line in source.splitlines())
         elif not inside:
             public.append(source)
     public_text = "\n".join(public)
-    return {f for f in fragments
-            if len(f) > 25 and not f.startswith(("def ", '"""', "#")) and f not in public_text}
+    return {
+        f
+        for f in fragments
+        if len(f) > 25 and not f.startswith(("def ", '"""', "#")) and f not in public_text
+    }
 
 
 def hidden_test_lines(notebook):
-    return [line for cell in notebook.cells
-            for line in cell.metadata.get("exercise", {}).get("hidden_tests", "").splitlines()]
+    return [
+        line
+        for cell in notebook.cells
+        for line in cell.metadata.get("exercise", {}).get("hidden_tests", "").splitlines()
+    ]

@@ -2,16 +2,17 @@
 few sentences with all-MiniLM-L6-v2, the reference chapter 13 checks the
 course-built encoder against where sentence-transformers is not installed.
 
-Run once by hand (`python scripts/minilm_reference.py`); print the SHA-256 to
+Run once by hand (`python -m tools.data.minilm_reference`); print the SHA-256 to
 record in data/README.md and in attention_course.data.MINILM_REFERENCE_SHA256.
 tests/test_data.py recomputes the embeddings and compares.
 """
 
 import hashlib
 import json
-import pathlib
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "data" / "minilm_reference.json"
+from tools import ROOT
+
+OUT = ROOT / "data" / "minilm_reference.json"
 SENTENCES = [
     "The cat sat on the windowsill because it was sleepy.",
     "Attention lets every token look at every other token.",

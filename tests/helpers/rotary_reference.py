@@ -21,6 +21,9 @@ def rotation_matrix(position, head_dim, base=10000.0, pairs="half", sign=1.0):
 
 def rotate_by_matrices(x, positions, pairs="half", sign=1.0):
     """x (seq, head_dim), positions (seq,) -> each row turned by its matrix."""
-    return torch.stack([
-        rotation_matrix(int(m), x.shape[-1], pairs=pairs, sign=sign) @ row
-        for m, row in zip(positions, x.double())])
+    return torch.stack(
+        [
+            rotation_matrix(int(m), x.shape[-1], pairs=pairs, sign=sign) @ row
+            for m, row in zip(positions, x.double())
+        ]
+    )

@@ -1,7 +1,7 @@
 """Chapter 6's models trained eight times longer, precomputed for the chapter.
 
-    python scripts/seq2seq_long_training.py            # writes data/seq2seq_long_training.json
-    python scripts/seq2seq_long_training.py --check    # recomputes and compares, writes nothing
+    python -m tools.data.seq2seq_long_training            # writes data/seq2seq_long_training.json
+    python -m tools.data.seq2seq_long_training --check    # recomputes and compares, writes nothing
 
 The chapter trains each encoder-decoder for 120 steps; training both models for 960 steps on
 three seeds takes about a minute of CPU time, too long for a chapter that runs in well under a
@@ -16,12 +16,12 @@ import ast
 import contextlib
 import io
 import json
-import pathlib
 import sys
 
 import nbformat
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tools import ROOT
+
 CHAPTER = ROOT / "chapters" / "06_encoder_decoder_attention.ipynb"
 OUTPUT = ROOT / "data" / "seq2seq_long_training.json"
 STEPS, SEEDS = 960, (0, 1, 2)
@@ -30,16 +30,22 @@ NEEDED = {"make_batch", "Seq2Seq", "greedy_decode", "train", "accuracy_by_length
 
 def defined_names(source):
     """Top-level functions and classes a code cell defines."""
-    return {node.name for node in ast.parse(source).body
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    return {
+        node.name
+        for node in ast.parse(source).body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+    }
 
 
 def chapter_namespace():
     """Run the chapter's imports and the cells that define NEEDED; return their globals."""
     notebook = nbformat.read(CHAPTER, as_version=4)
     cells = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
-    chosen = [source for source in cells[1:2]                      # the imports
-              if "import torch" in source]
+    chosen = [
+        source
+        for source in cells[1:2]  # the imports
+        if "import torch" in source
+    ]
     chosen += [source for source in cells if defined_names(source) & NEEDED]
     namespace = {"__name__": "chapter_06"}
     with contextlib.redirect_stdout(io.StringIO()):
@@ -54,14 +60,18 @@ def chapter_namespace():
 def compute():
     """{"steps", "seeds", "lengths", kind: {"per_token", "per_sequence": [seed][length]}}."""
     chapter = chapter_namespace()
-    record = {"steps": STEPS, "seeds": list(SEEDS),
-              "lengths": list(range(1, chapter["MAX_LEN"] + 1))}
+    record = {
+        "steps": STEPS,
+        "seeds": list(SEEDS),
+        "lengths": list(range(1, chapter["MAX_LEN"] + 1)),
+    }
     for kind, attention in (("no attention", False), ("attention", True)):
         runs = {"per_token": [], "per_sequence": []}
         for seed in SEEDS:
             model, _ = chapter["train"](attention, seed, steps=STEPS)
-            tokens, _ = chapter["greedy_decode"](model, chapter["test_sources"],
-                                                 chapter["test_lens"], chapter["MAX_LEN"] + 1)
+            tokens, _ = chapter["greedy_decode"](
+                model, chapter["test_sources"], chapter["test_lens"], chapter["MAX_LEN"] + 1
+            )
             per_token, per_sequence = chapter["accuracy_by_length"](tokens)
             runs["per_token"].append([round(x, 4) for x in per_token.tolist()])
             runs["per_sequence"].append([round(x, 4) for x in per_sequence.tolist()])
@@ -75,8 +85,9 @@ def as_text(record):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="recompute and compare with the stored file")
+    parser.add_argument(
+        "--check", action="store_true", help="recompute and compare with the stored file"
+    )
     args = parser.parse_args(argv)
     text = as_text(compute())
     if args.check:

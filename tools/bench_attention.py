@@ -1,0 +1,226 @@
+"""Benchmarks of the package's attention against PyTorch (run by `make bench`; not a test).
+
+    python -m tools.bench_attention      # from the repository root
+
+Every time is `attention_course.measure.best_seconds`' (processor time, PyTorch in one thread,
+the least of a few calls) and every memory `measure.peak_extra_bytes`' (the peak resident memory
+of a call minus that before it, in a fresh process, after a warm-up call of the same size):
+
+1. Time of the masked and causal paths of `scaled_dot_product_attention` and `masked_softmax`,
+   relative to the plain PyTorch sequence scores -> masked_fill -> softmax -> matmul, and their
+   peak extra memory beside it, in units of one full (B, H, L, S) float32 tensor.
+2. bfloat16 and float16 accuracy: largest error against a float64 reference, the package's and
+   PyTorch's scaled_dot_product_attention on the same inputs.
+3. Tiled attention (`flash_attention`, blocks of 128) at L = 4096 and 8192, one head of size 64,
+   float32: its time and peak extra memory relative to the naive three lines and to PyTorch's
+   fused kernel (`measure.peak_extra_memory`).
+4. Greedy decoding of 128 tokens with SmolLM2-135M-Instruct (chapter 14), float32: the course's
+   `TinyDecoder.generate` with its KV cache against `transformers`' own `generate` with its
+   cache, same weights (the same GGUF file), same prompt, runs alternated, best of 3.
+"""
+
+import math
+
+import torch
+
+from attention_course import (
+    causal_mask,
+    flash_attention,
+    masked_softmax,
+    scaled_dot_product_attention,
+)
+from attention_course.measure import best_seconds, peak_extra_bytes, peak_extra_memory
+from attention_course.tiled import naive_attention
+
+SHAPE = dict(batch=2, heads=8, length=1024, head_dim=64)
+
+
+def inputs(batch, heads, length, head_dim, dtype=torch.float32, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn(batch, heads, length, head_dim, generator=generator).to(dtype) for _ in range(3)
+    ]
+
+
+def plain_causal(q, k, v):
+    """The plain PyTorch sequence the package is compared with."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores.masked_fill_(~causal_mask(q.shape[-2], k.shape[-2]), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def plain_unmasked(q, k, v):
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+
+def lengths_of(q):
+    """valid_lens (batch,) for the padded-batch cases: 3/4 of the keys valid."""
+    return torch.full((q.shape[0],), q.shape[-2] * 3 // 4)
+
+
+def plain_padded(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    blocked = torch.arange(k.shape[-2]) >= lengths_of(q)[:, None, None, None]
+    scores.masked_fill_(blocked, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def package_padded(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return masked_softmax(scores, lengths_of(q)) @ v
+
+
+CASES = {
+    "plain PyTorch, unmasked": plain_unmasked,
+    "package, unmasked": lambda q, k, v: scaled_dot_product_attention(q, k, v),
+    "plain PyTorch, causal": plain_causal,
+    "package, causal": lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True),
+    "plain PyTorch, padded (valid_lens)": plain_padded,
+    "package, padded (masked_softmax)": package_padded,
+}
+
+
+def memory_cases(names):
+    """(warm_up, call) pairs for `measure.peak_extra_bytes`, one per case of CASES named: the
+    case on SHAPE's inputs, after a warm-up on other inputs of the same size. The inputs are
+    made here, before the measurement: only what the case allocates is counted."""
+    warm, measured = inputs(**SHAPE, seed=1), inputs(**SHAPE)
+    return [
+        (lambda case=CASES[name]: case(*warm), lambda case=CASES[name]: case(*measured))
+        for name in names
+    ]
+
+
+def peaks_in_full_tensors(names):
+    """{case: its peak extra memory in units of one full (B, H, L, S) float32 tensor}."""
+    full = SHAPE["batch"] * SHAPE["heads"] * SHAPE["length"] ** 2 * 4
+    peaks = peak_extra_bytes("tools.bench_attention:memory_cases", list(names))
+    return {name: peak / full for name, peak in zip(names, peaks)}
+
+
+def half_precision_errors(length=4096, head_dim=64):
+    """Largest output error against float64, package and PyTorch, per half dtype and path."""
+    rows = []
+    for dtype in (torch.bfloat16, torch.float16):
+        q, k, v = inputs(1, 1, length, head_dim, dtype=dtype, seed=1)
+        for causal in (False, True):
+            reference = torch.nn.functional.scaled_dot_product_attention(
+                q.double(), k.double(), v.double(), is_causal=causal
+            )
+            ours, _ = scaled_dot_product_attention(q, k, v, is_causal=causal)
+            theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            rows.append(
+                (
+                    str(dtype).replace("torch.", ""),
+                    causal,
+                    (ours.double() - reference).abs().max().item(),
+                    (theirs.double() - reference).abs().max().item(),
+                )
+            )
+    return rows
+
+
+TILED = {
+    "naive": naive_attention,
+    "tiled": flash_attention,
+    "sdpa": torch.nn.functional.scaled_dot_product_attention,
+}
+
+
+def tiled_against_others(lengths=(4096, 8192)):
+    """{(implementation, L): (best-of-3 seconds, peak extra bytes)}."""
+    memory = {name: dict(zip(lengths, peak_extra_memory(name, lengths))) for name in TILED}
+    rows = {}
+    with torch.no_grad():
+        for length in lengths:
+            q, k, v = inputs(1, 1, length, 64)
+            for name, function in TILED.items():
+                seconds = best_seconds(function, q, k, v, repeats=3)
+                rows[name, length] = seconds, memory[name][length]
+    return rows
+
+
+def decoding_against_transformers(new_tokens=128, repeats=3):
+    """(course tokens/s, transformers tokens/s, how many leading new tokens the two share):
+    greedy, one thread, best of `repeats`. (In float32 the two sum in different orders; over
+    128 tokens a near-tie may fall either way, after which the texts differ.)"""
+    from transformers import AutoModelForCausalLM
+
+    from attention_course.pretrained import gguf_path, load_smollm2
+
+    path = gguf_path()
+    theirs = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    ).eval()
+    ours, tokenizer = load_smollm2()
+    prompt = torch.tensor([tokenizer.encode("The capital of France is").ids])
+    runs = {
+        "course": lambda: ours.generate(prompt, new_tokens),
+        "transformers": lambda: theirs.generate(
+            prompt,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=0,
+        ),
+    }
+    texts = [run()[0, prompt.shape[1] :] for run in runs.values()]  # and warm up
+    shared = int((texts[0] != texts[1]).int().cumsum(0).eq(0).sum())
+    best = {name: math.inf for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            best[name] = min(best[name], best_seconds(run, repeats=1))
+    return new_tokens / best["course"], new_tokens / best["transformers"], shared
+
+
+def main():
+    torch.manual_seed(0)
+    q, k, v = inputs(**SHAPE)
+    print(
+        f"shape (B, H, L, d) = {tuple(SHAPE.values())}, float32, one thread (processor "
+        "time, least of 5 calls; memory in a fresh process)"
+    )
+    print(f"{'case':<36}{'ms':>8}{'vs plain':>10}{'peak (full tensors)':>22}{'vs plain':>10}")
+    with torch.no_grad():
+        times = {name: best_seconds(case, q, k, v, repeats=5) for name, case in CASES.items()}
+    peaks = peaks_in_full_tensors(list(CASES))
+    plain = {
+        kind: next(name for name in CASES if name.startswith(f"plain PyTorch, {kind}"))
+        for kind in ("unmasked", "causal", "padded")
+    }
+    for name, seconds in times.items():
+        base = plain[next(kind for kind in plain if kind in name)]
+        print(
+            f"{name:<36}{1000 * seconds:>8.1f}{seconds / times[base]:>9.2f}x"
+            f"{peaks[name]:>22.2f}{peaks[name] / peaks[base]:>9.2f}x"
+        )
+    print("\nhalf precision, L = 4096, d = 64: largest error against float64")
+    print(f"{'dtype':<10}{'causal':>8}{'package':>12}{'PyTorch':>12}")
+    for dtype, causal, ours, theirs in half_precision_errors():
+        print(f"{dtype:<10}{str(causal):>8}{ours:>12.2e}{theirs:>12.2e}")
+    rows = tiled_against_others()
+    print("\ntiled attention (blocks of 128), one head, d = 64, float32, one thread")
+    for length in sorted({length for _, length in rows}):
+        seconds, memory = rows["tiled", length]
+        print(
+            f"L = {length}: {1000 * seconds:.0f} ms, {memory / 2**20:.1f} MiB extra; "
+            + "; ".join(
+                f"vs {name}: time x{seconds / rows[name, length][0]:.2f}, "
+                f"memory x{memory / rows[name, length][1]:.3f}"
+                for name in ("naive", "sdpa")
+            )
+        )
+    ours, theirs, shared = decoding_against_transformers()
+    print(
+        "\nSmolLM2-135M-Instruct, greedy decoding of 128 tokens with a KV cache, float32, "
+        "one thread"
+    )
+    print(
+        f"course TinyDecoder.generate: {ours:.1f} tokens/s; transformers generate: "
+        f"{theirs:.1f} tokens/s; ratio {ours / theirs:.2f} (the first {shared} tokens "
+        "identical)"
+    )
+
+
+if __name__ == "__main__":
+    main()
