@@ -1,6 +1,6 @@
 """Run a function on every chapter, two at a time (CI has two cores).
 
-Chapters that time their own code (`time.perf_counter`) run alone afterwards,
+Chapters that time their own code (`measure.best_seconds`) run alone afterwards,
 so that no other notebook shares the CPU while they measure speed-ups.
 """
 
@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 
 def times_itself(chapter):
-    return "perf_counter" in chapter.read_text()
+    return "best_seconds" in chapter.read_text()
 
 
 def for_each_chapter(function, chapters, workers=2):
