@@ -5,7 +5,7 @@ import torch
 
 from .. import costs, latent, linear, multihead, sparse
 from .. import sinks as sink_module
-from .core import CheckFailed, _compare, _integers, _passed, _random, _run, _self_check
+from .core import CheckFailed, compare, integers, passed, random, run, self_check
 
 
 def _absorbed_by_heads(q_content, k_up_weight):
@@ -23,7 +23,7 @@ def _absorb_cases(seed):
              ("2 heads, 1 query, head_dim 5 = kv_rank 5", 2, 1, 5, 5),
              ("3 heads, 2 queries, head_dim 6, kv_rank 2", 3, 2, 6, 2)]
     if seed:
-        sizes = zip(*(_integers(seed, 4, 1, 7, 150 + k) for k in range(4)))
+        sizes = zip(*(integers(seed, 4, 1, 7, 150 + k) for k in range(4)))
         cases = [(f"random case {n}: {h} heads, {q} queries, head_dim {d}, kv_rank {c}",
                   h, q, d, c) for n, (h, q, d, c) in enumerate(sizes)]
         cases.append(("random square case", 2, 3, 4, 4))
@@ -53,17 +53,17 @@ def _absorb_mistakes(q_content, k_up_weight):
     return mistakes
 
 
-@_self_check
+@self_check
 def check_absorbed_query(fn, seed=0):
     """Check fn(q_content (num_heads, L, head_dim), k_up_weight (num_heads * head_dim,
     kv_rank)) -> the absorbed queries (num_heads, L, kv_rank): for each head i, q_i W_UK^(i),
     whose dot product with a latent c equals q_i's with head i's key W_UK^(i) c."""
     cases = _absorb_cases(seed)
     for number, (case, heads, queries, head_dim, kv_rank) in enumerate(cases):
-        q_content = _random((heads, queries, head_dim), seed, 160 + number)
-        k_up_weight = _random((heads * head_dim, kv_rank), seed, 170 + number)
+        q_content = random((heads, queries, head_dim), seed, 160 + number)
+        k_up_weight = random((heads * head_dim, kv_rank), seed, 170 + number)
         expected = _absorbed_by_heads(q_content, k_up_weight)
-        got = _run(fn, (q_content, k_up_weight), case)
+        got = run(fn, (q_content, k_up_weight), case)
         if isinstance(got, torch.Tensor) and got.shape == (queries, kv_rank):
             raise CheckFailed(f"case '{case}': your answer has shape {tuple(got.shape)}: one "
                               "absorbed query per head is needed, (num_heads, L, kv_rank); a "
@@ -73,14 +73,14 @@ def check_absorbed_query(fn, seed=0):
                 if (torch.allclose(got.detach().double(), wrong, atol=1e-5)
                         and not torch.allclose(wrong, expected, atol=1e-5)):
                     raise CheckFailed(f"case '{case}': {hint}")
-        _compare(got, expected, case, "absorbed queries", atol=1e-5)
-        latents = _random((7, kv_rank), seed, 180 + number).double()   # (S, d_c)
+        compare(got, expected, case, "absorbed queries", atol=1e-5)
+        latents = random((7, kv_rank), seed, 180 + number).double()   # (S, d_c)
         keys = (latents @ k_up_weight.double().T).reshape(7, heads, head_dim)
         scores = torch.einsum("hld,shd->hls", q_content.double(), keys)
         if not torch.allclose(got.detach().double() @ latents.T, scores, atol=1e-5):
             raise CheckFailed(f"case '{case}': your absorbed queries do not reproduce the "
                               "scores q_i . (W_UK^(i) c) on latents c")
-    _passed("your absorbed queries", len(cases))
+    passed("your absorbed queries", len(cases))
 
 
 _REAL_CONFIGS = {
@@ -102,7 +102,7 @@ def _cache_cases(seed):
                  4096, 0.75),
                 ("DeepSeek-V2-Lite, 1,000 tokens, float32", _REAL_CONFIGS["DeepSeek-V2-Lite"],
                  1000, 4)]
-    numbers = [_integers(seed, 4, 1, 200, 190 + k) for k in range(7)]
+    numbers = [integers(seed, 4, 1, 200, 190 + k) for k in range(7)]
     cases = []
     for n, (layers, heads, rank, half_rope, nope, value, tokens) in enumerate(zip(*numbers)):
         config = dict(num_hidden_layers=layers, num_attention_heads=heads, kv_lora_rank=rank,
@@ -132,7 +132,7 @@ def _cache_mistakes(config, seq_len, size):
     ]
 
 
-@_self_check
+@self_check
 def check_latent_cache_bytes(fn, seed=0):
     """Check fn(config, seq_len, bytes_per_element) -> the bytes of one sequence's MLA cache,
     all layers, for a config dict with transformers' field names (num_hidden_layers,
@@ -141,8 +141,8 @@ def check_latent_cache_bytes(fn, seed=0):
     for case, config, seq_len, size in cases:
         expected = (config["num_hidden_layers"] * (config["kv_lora_rank"]
                     + config["qk_rope_head_dim"]) * seq_len * size)
-        got = _run(fn, (dict(config), seq_len, size), case,
-                   forbidden=(latent.latent_cache_bytes, multihead.kv_cache_bytes))
+        got = run(fn, (dict(config), seq_len, size), case,
+                  forbidden=(latent.latent_cache_bytes, multihead.kv_cache_bytes))
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if not isinstance(got, (int, float)) or isinstance(got, bool):
@@ -153,7 +153,7 @@ def check_latent_cache_bytes(fn, seed=0):
                          if abs(got - wrong) <= 1e-6 * wrong and wrong != expected), None)
             raise CheckFailed(f"case '{case}': you say {got:,} bytes, expected {expected:,}"
                               + (f": {hint}" if hint else ""))
-    _passed("your latent-cache size", len(cases))
+    passed("your latent-cache size", len(cases))
 
 
 # ------------------------------------------------------------------ chapter 16: linear attention
@@ -180,13 +180,13 @@ def _recurrence_cases(seed):
              ("10 tokens, 2 features, d_v 5", 10, 2, 5),
              ("9 tokens, 8 features, d_v 1", 9, 8, 1)]
     if seed:
-        numbers = zip(*(_integers(seed, 4, 1, 12, 200 + k) for k in range(3)))
+        numbers = zip(*(integers(seed, 4, 1, 12, 200 + k) for k in range(3)))
         sizes = [(f"random case {m}: {n} tokens, {f} features, d_v {v}", n, f, v)
                  for m, (n, f, v) in enumerate(numbers)]
     for number, (case, n, f, d_v) in enumerate(sizes):
-        phi_q, phi_k = (torch.nn.functional.elu(_random((n, f), seed, 210 + 3 * number + j)) + 1
+        phi_q, phi_k = (torch.nn.functional.elu(random((n, f), seed, 210 + 3 * number + j)) + 1
                         for j in range(2))
-        yield case, phi_q, phi_k, _random((n, d_v), seed, 212 + 3 * number)
+        yield case, phi_q, phi_k, random((n, d_v), seed, 212 + 3 * number)
 
 
 def _recurrence_mistakes(phi_q, phi_k, values):
@@ -211,7 +211,7 @@ def _recurrence_mistakes(phi_q, phi_k, values):
     return mistakes
 
 
-@_self_check
+@self_check
 def check_linear_recurrence(fn, seed=0):
     """Check fn(phi_q (n, f), phi_k (n, f), values (n, d_v)) -> (n, d_v): causal linear
     attention, output t = sum_(j <= t) (phi_q[t] . phi_k[j]) values[j] divided by
@@ -219,8 +219,8 @@ def check_linear_recurrence(fn, seed=0):
     cases = list(_recurrence_cases(seed))
     for case, phi_q, phi_k, values in cases:
         expected = _recurrence_reference(phi_q, phi_k, values)
-        got = _run(fn, (phi_q.clone(), phi_k.clone(), values.clone()), case,
-                   forbidden=(linear.linear_attention,))
+        got = run(fn, (phi_q.clone(), phi_k.clone(), values.clone()), case,
+                  forbidden=(linear.linear_attention,))
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
             for wrong, hint in _recurrence_mistakes(phi_q, phi_k, values):
                 if (torch.allclose(got.detach().double(), wrong, atol=1e-5)
@@ -232,8 +232,8 @@ def check_linear_recurrence(fn, seed=0):
                 return ("the first token's weight sum is 0: did you read the state before "
                         "adding token 0 to it? Then 0 / 0 is NaN")
             return None
-        _compare(got, expected, case, "outputs", atol=1e-5, explain_nan=explain)
-    _passed("your causal linear-attention recurrence", len(cases))
+        compare(got, expected, case, "outputs", atol=1e-5, explain_nan=explain)
+    passed("your causal linear-attention recurrence", len(cases))
 
 
 def _delta_step_reference(state, key, value, beta, gamma, mistake=None):
@@ -276,18 +276,18 @@ def _delta_step_cases(seed):
              ("beta 0: nothing written", 2, 4, 0.0, 0.6),
              ("d_k 6 = d_v 6, beta 0.3, gamma 0.95", 6, 6, 0.3, 0.95)]
     if seed:
-        dims = zip(*(_integers(seed, 4, 1, 9, 220 + k) for k in range(2)))
-        gates = _random((4, 2), seed, 222).sigmoid().tolist()
+        dims = zip(*(integers(seed, 4, 1, 9, 220 + k) for k in range(2)))
+        gates = random((4, 2), seed, 222).sigmoid().tolist()
         sizes = [(f"random case {m}: d_k {k}, d_v {v}", k, v, round(b, 3), round(g, 3))
                  for m, ((k, v), (b, g)) in enumerate(zip(dims, gates))]
         sizes.append(("random square case", 4, 4, 0.7, 0.8))
     for number, (case, d_k, d_v, beta, gamma) in enumerate(sizes):
-        state = _random((d_k, d_v), seed, 230 + 3 * number)
-        key = torch.nn.functional.normalize(_random((d_k,), seed, 231 + 3 * number), dim=0)
-        yield case, state, key, _random((d_v,), seed, 232 + 3 * number), beta, gamma
+        state = random((d_k, d_v), seed, 230 + 3 * number)
+        key = torch.nn.functional.normalize(random((d_k,), seed, 231 + 3 * number), dim=0)
+        yield case, state, key, random((d_v,), seed, 232 + 3 * number), beta, gamma
 
 
-@_self_check
+@self_check
 def check_gated_delta_step(fn, seed=0):
     """Check fn(state (d_k, d_v), key (d_k,), value (d_v,), beta, gamma) -> the new state
     (d_k, d_v) after one step of the gated delta rule: S' = gamma S, then
@@ -295,8 +295,8 @@ def check_gated_delta_step(fn, seed=0):
     cases = list(_delta_step_cases(seed))
     for case, state, key, value, beta, gamma in cases:
         expected = _delta_step_reference(state, key, value, beta, gamma)
-        got = _run(fn, (state.clone(), key.clone(), value.clone(), beta, gamma), case,
-                   forbidden=(linear.delta_rule,))
+        got = run(fn, (state.clone(), key.clone(), value.clone(), beta, gamma), case,
+                  forbidden=(linear.delta_rule,))
         if isinstance(got, torch.Tensor) and got.shape == expected.shape[::-1] != \
                 expected.shape:
             raise CheckFailed(f"case '{case}': your state has shape {tuple(got.shape)}, "
@@ -308,8 +308,8 @@ def check_gated_delta_step(fn, seed=0):
                 if wrong is not None and (torch.allclose(got.detach().double(), wrong, atol=1e-5)
                         and not torch.allclose(wrong, expected, atol=1e-5)):
                     raise CheckFailed(f"case '{case}': {hint}")
-        _compare(got, expected, case, "new state", atol=1e-5)
-    _passed("your gated delta-rule step", len(cases))
+        compare(got, expected, case, "new state", atol=1e-5)
+    passed("your gated delta-rule step", len(cases))
 
 
 # ------------------------------------------------- chapter 17: sinks, hybrids, sparse top-k
@@ -328,14 +328,14 @@ def _sink_cases(seed):
     over the queries instead of the heads still give the right shape."""
     sizes = [(3, 3, 5), (2, 4, 6), (2, 3, 4), (2, 3, 4), (3, 2, 5)]
     if seed:
-        heads, keys = _integers(seed, 5, 2, 6, 240), _integers(seed, 5, 2, 9, 241)
-        queries = [heads[0]] + _integers(seed, 4, 1, 7, 242)
+        heads, keys = integers(seed, 5, 2, 6, 240), integers(seed, 5, 2, 9, 241)
+        queries = [heads[0]] + integers(seed, 4, 1, 7, 242)
         sizes = list(zip(heads, queries, keys))
     names = ["heads = queries", "random", "scores and sinks around 1000",
              "a row of -inf scores (fully masked)", "sinks of -1e4: a plain softmax"]
     for number, (name, (heads, queries, keys)) in enumerate(zip(names, sizes)):
-        scores = _random((heads, queries, keys), seed, 250 + 2 * number)
-        sinks = _random((heads,), seed, 251 + 2 * number)
+        scores = random((heads, queries, keys), seed, 250 + 2 * number)
+        sinks = random((heads,), seed, 251 + 2 * number)
         if number == 2:
             scores, sinks = 1000 * scores, 1000 * sinks
         if number == 3:
@@ -364,7 +364,7 @@ def _sink_mistakes(scores, sinks):
 
 
 def _sink_nan_cause(scores):
-    """explain_nan for _compare: what made a NaN at an index of the weights."""
+    """explain_nan for compare: what made a NaN at an index of the weights."""
     def explain(index):
         if torch.isneginf(scores[index[0], index[1]]).all():
             return ("every score of that row is -inf, so its largest score is -inf and "
@@ -377,7 +377,7 @@ def _sink_nan_cause(scores):
     return explain
 
 
-@_self_check
+@self_check
 def check_sink_softmax(fn, seed=0):
     """Check fn(scores (heads, L, S), sinks (heads,)) -> weights (heads, L, S): for head h,
     exp(z_ts) / (exp(omega_h) + sum_s exp(z_ts)), the softmax with gpt-oss's learned sink in
@@ -385,8 +385,8 @@ def check_sink_softmax(fn, seed=0):
     cases = list(_sink_cases(seed))
     for case, scores, sinks in cases:
         expected = _sink_reference(scores, sinks)
-        got = _run(fn, (scores.clone(), sinks.clone()), case,
-                   forbidden=(sink_module.sink_softmax,))
+        got = run(fn, (scores.clone(), sinks.clone()), case,
+                  forbidden=(sink_module.sink_softmax,))
         if isinstance(got, torch.Tensor) and got.shape == (*scores.shape[:-1],
                                                            scores.shape[-1] + 1):
             raise CheckFailed(f"case '{case}': your weights have shape "
@@ -399,9 +399,9 @@ def check_sink_softmax(fn, seed=0):
                 if (torch.allclose(got.detach().double(), wrong, atol=1e-5)
                         and not torch.allclose(wrong, expected, atol=1e-5)):
                     raise CheckFailed(f"case '{case}': {hint}")
-        _compare(got, expected, case, "weights", atol=1e-5,
-                 explain_nan=_sink_nan_cause(scores))
-    _passed("your sink softmax", len(cases))
+        compare(got, expected, case, "weights", atol=1e-5,
+                explain_nan=_sink_nan_cause(scores))
+    passed("your sink softmax", len(cases))
 
 
 def _layers(n_layers, every):
@@ -425,7 +425,7 @@ def _hybrid_cases(seed):
                 ("Gemma-3-like, 600 tokens, window 1,024, 8-bit", gemma, 600, 1024, 4, 256,
                  1),
                 ("3 full layers, window unused", ["full_attention"] * 3, 50, 16, 2, 8, 2)]
-    numbers = [_integers(seed, 4, low, high, 260 + k)
+    numbers = [integers(seed, 4, low, high, 260 + k)
                for k, (low, high) in enumerate([(2, 40), (2, 7), (8, 600), (1, 9),
                                                 (1, 129)])]
     cases = []
@@ -474,7 +474,7 @@ def _hybrid_mistakes(layer_types, seq_len, window, kv_heads, head_dim, size):
     ]
 
 
-@_self_check
+@self_check
 def check_hybrid_cache_bytes(fn, seed=0):
     """Check fn(layer_types, seq_len, window, num_kv_heads, head_dim, bytes_per_element=2)
     -> the bytes of one sequence's KV caches, all layers: a "full_attention" layer holds
@@ -484,8 +484,8 @@ def check_hybrid_cache_bytes(fn, seed=0):
     for case, *arguments in cases:
         layer_types, seq_len, window, kv_heads, head_dim, size = arguments
         expected = _hybrid_bytes(*arguments)
-        got = _run(fn, (list(layer_types), seq_len, window, kv_heads, head_dim, size), case,
-                   forbidden=(costs.hybrid_cache_bytes, costs.attention_costs))
+        got = run(fn, (list(layer_types), seq_len, window, kv_heads, head_dim, size), case,
+                  forbidden=(costs.hybrid_cache_bytes, costs.attention_costs))
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if not isinstance(got, (int, float)) or isinstance(got, bool):
@@ -497,7 +497,7 @@ def check_hybrid_cache_bytes(fn, seed=0):
             raise CheckFailed(f"case '{case}': you say {got:,} bytes, expected {expected:,}"
                               + "".join(f"{'; or ' if n else ': '}{hint}"
                                         for n, hint in enumerate(hints)))
-    _passed("your hybrid cache size", len(cases))
+    passed("your hybrid cache size", len(cases))
 
 
 def _visible(n_queries, n_keys):
@@ -524,11 +524,11 @@ def _top_k_cases(seed):
              ("5 queries, 5 keys, k = 1", 5, 5, 1),
              ("4 queries, 6 keys, k = 8: more than there are keys", 4, 6, 8)]
     if seed:
-        queries, extra = _integers(seed, 5, 1, 9, 270), _integers(seed, 5, 0, 6, 271)
-        top = _integers(seed, 5, 1, 10, 272)
+        queries, extra = integers(seed, 5, 1, 9, 270), integers(seed, 5, 0, 6, 271)
+        top = integers(seed, 5, 1, 10, 272)
         sizes = [(f"random case {n}: L = {q}, S = {q + e}, k = {k}", q, q + e, k)
                  for n, (q, e, k) in enumerate(zip(queries, extra, top))]
-    return [(case, _random((q, s), seed, 280 + n), k)
+    return [(case, random((q, s), seed, 280 + n), k)
             for n, (case, q, s, k) in enumerate(sizes)]
 
 
@@ -583,7 +583,7 @@ def _top_k_answer(got, case, shape):
     return got.detach().cpu()
 
 
-@_self_check
+@self_check
 def check_causal_top_k(fn, seed=0):
     """Check fn(index_scores (L, S), k) -> bool (L, S): True at the k highest-scoring keys
     among those each query sees (the L queries are the last L of S positions: query t sees
@@ -591,8 +591,8 @@ def check_causal_top_k(fn, seed=0):
     cases = _top_k_cases(seed)
     for case, scores, k in cases:
         expected = _top_k_loop(scores, k)
-        got = _top_k_answer(_run(fn, (scores.clone(), k), case,
-                                 forbidden=(sparse.top_k_mask,)), case, tuple(scores.shape))
+        got = _top_k_answer(run(fn, (scores.clone(), k), case,
+                                forbidden=(sparse.top_k_mask,)), case, tuple(scores.shape))
         if torch.equal(got, expected):
             continue
         hint = _top_k_hint(got, scores, k, expected)
@@ -604,4 +604,4 @@ def check_causal_top_k(fn, seed=0):
                     f"so it keeps min(k, that) = {len(wanted)} of them, not {len(chosen)}")
         raise CheckFailed(f"case '{case}': query {row} chose keys {chosen}, expected "
                           f"{wanted}" + (f": {hint}" if hint else ""))
-    _passed("your causal top-k selection", len(cases))
+    passed("your causal top-k selection", len(cases))

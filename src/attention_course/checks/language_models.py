@@ -13,14 +13,14 @@ from .. import decoding, measure, multihead, rotary, tiled
 from .core import (
     CheckFailed,
     NotAnswered,
-    _passed,
-    _self_check,
-    _run,
-    _compare,
-    _generator,
-    _random,
-    _integers,
-    _tripwire,
+    passed,
+    self_check,
+    run,
+    compare,
+    generator,
+    random,
+    integers,
+    tripwire,
 )
 
 
@@ -58,32 +58,32 @@ def _rotary_cases(seed):
              ("head_dim 16, scattered positions below 5000", 7, 16)]
     if seed:
         cases = [(f"random case {n}", seq, 2 * half) for n, (seq, half) in
-                 enumerate(zip(_integers(seed, 3, 1, 12, 90),
-                               _integers(seed, 3, 1, 12, 91)))]
+                 enumerate(zip(integers(seed, 3, 1, 12, 90),
+                               integers(seed, 3, 1, 12, 91)))]
     for number, (case, seq, d) in enumerate(cases):
         positions = torch.arange(seq)
         if number == 2:
-            positions = torch.tensor(_integers(seed, seq, 0, 5000, 92))
-        yield case, _random((seq, d), seed, 93 + number), positions
+            positions = torch.tensor(integers(seed, seq, 0, 5000, 92))
+        yield case, random((seq, d), seed, 93 + number), positions
 
 
-@_self_check
+@self_check
 def check_rotary(fn, seed=0):
     """Check fn(x (seq, head_dim), positions (seq,)) -> RoPE of x with base
     10000 and Llama's pairing of dimension i with i + head_dim/2."""
     n_cases = 0
     for case, x, where in _rotary_cases(seed):
         expected = _rotate_reference(x, where, "half")
-        got = _run(fn, (x, where), case, forbidden=(rotary.apply_rotary,))
+        got = run(fn, (x, where), case, forbidden=(rotary.apply_rotary,))
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
             for options, hint in _ROTARY_MISTAKES:
                 wrong = _rotate_reference(x, where, **options)
                 close = torch.allclose(got.detach().double(), wrong, atol=1e-4)
                 if close and not torch.allclose(wrong, expected, atol=1e-4):
                     raise CheckFailed(f"case '{case}': {hint}")
-        _compare(got, expected, case, "rotated x", atol=1e-4)
+        compare(got, expected, case, "rotated x", atol=1e-4)
         n_cases += 1
-    _passed("your rotary embedding", n_cases)
+    passed("your rotary embedding", n_cases)
 
 
 def _rotary_attention_reference(x, w_q, w_k, w_v, scale, rotate_values=False):
@@ -98,7 +98,7 @@ def _rotary_attention_reference(x, w_q, w_k, w_v, scale, rotate_values=False):
     return torch.softmax(scores, -1) @ v
 
 
-@_self_check
+@self_check
 def check_rotary_attention(fn, seed=0):
     """Check fn(x (seq, d_model), W_q, W_k, W_v (d_model, d)) -> causal
     self-attention output (seq, d) with RoPE on queries and keys only, scores
@@ -107,11 +107,11 @@ def check_rotary_attention(fn, seed=0):
     for case, x, _ in _rotary_cases(seed):
         seq, d_model = x.shape
         d = d_model + 2                    # the head size differs from d_model
-        w_q, w_k, w_v = (_random((d_model, d), seed, 100 + k) / d_model**0.5
+        w_q, w_k, w_v = (random((d_model, d), seed, 100 + k) / d_model**0.5
                          for k in range(3))
         weights = (x, w_q, w_k, w_v)
         expected = _rotary_attention_reference(*weights, d**-0.5)
-        got = _run(fn, weights, case, forbidden=(rotary.apply_rotary,))
+        got = run(fn, weights, case, forbidden=(rotary.apply_rotary,))
         mistakes = [
             (_rotary_attention_reference(*weights, d**-0.5, True),
              "you rotated the values too; RoPE turns only queries and keys"),
@@ -125,9 +125,9 @@ def check_rotary_attention(fn, seed=0):
                 if (torch.allclose(got.detach().double(), wrong, atol=1e-4)
                         and not torch.allclose(wrong, expected, atol=1e-4)):
                     raise CheckFailed(f"case '{case}': {hint}")
-        _compare(got, expected, case, "attention output", atol=1e-4)
+        compare(got, expected, case, "attention output", atol=1e-4)
         n_cases += 1
-    _passed("your rotary self-attention", n_cases)
+    passed("your rotary self-attention", n_cases)
 
 
 def _llama3_reference(theta, factor, low, high, context, mistake=None):
@@ -182,10 +182,10 @@ def _llama3_cases(seed):
              ("d 16, base 10,000, factor 4, bounds 1 and 4 turns, context "
               "600", 16, 1e4, 4.0, 1.0, 4.0, 600)]
     if seed:
-        halves = _integers(seed, 3, 4, 65, 140)
-        factors = _integers(seed, 3, 2, 33, 141)
-        contexts = _integers(seed, 3, 256, 16385, 142)
-        lows = _integers(seed, 3, 1, 3, 143)
+        halves = integers(seed, 3, 4, 65, 140)
+        factors = integers(seed, 3, 2, 33, 141)
+        contexts = integers(seed, 3, 256, 16385, 142)
+        lows = integers(seed, 3, 1, 3, 143)
         cases = [(f"random case {n}: d {2 * h}, factor {f}, bounds {low} and "
                   f"{4 * low} turns, context {c}", 2 * h, 1e4 * 50 ** (n % 2),
                   float(f), float(low), 4.0 * low, c)
@@ -196,7 +196,7 @@ def _llama3_cases(seed):
         yield case, theta, factor, low, high, context
 
 
-@_self_check
+@self_check
 def check_llama3_frequencies(fn, seed=0):
     """Check fn(theta (d/2,), factor, low_freq_factor, high_freq_factor,
     context) -> Llama 3.1's frequencies (d/2,): theta_i kept where pair i
@@ -207,8 +207,8 @@ def check_llama3_frequencies(fn, seed=0):
     n_cases = 0
     for case, theta, *options in _llama3_cases(seed):
         expected = _llama3_reference(theta, *options)
-        got = _run(fn, (theta.clone(), *options), case,
-                   forbidden=(rotary.rotary_frequencies,))
+        got = run(fn, (theta.clone(), *options), case,
+                  forbidden=(rotary.rotary_frequencies,))
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
             for mistake, hint in _LLAMA3_MISTAKES.items():
                 wrong = _llama3_reference(theta, *options, mistake=mistake)
@@ -218,11 +218,11 @@ def check_llama3_frequencies(fn, seed=0):
                                                rtol=0, atol=1e-6)):
                     raise CheckFailed(f"case '{case}': {hint}")
             got = got.detach().double() / theta
-        _compare(got, expected / theta, case,
-                 "frequency ratio theta'_i / theta_i",
-                 atol=1e-6)
+        compare(got, expected / theta, case,
+                "frequency ratio theta'_i / theta_i",
+                atol=1e-6)
         n_cases += 1
-    _passed("your Llama 3.1 frequencies", n_cases)
+    passed("your Llama 3.1 frequencies", n_cases)
 
 
 def _window_cases(seed):
@@ -234,8 +234,8 @@ def _window_cases(seed):
              ("window 100 wider than the sequence", range(3, 7), range(7), 100),
              ("keys 5..10 left in the cache, window 5", [10], range(5, 11), 5)]
     if seed:
-        lengths = _integers(seed, 3, 2, 12, 110)
-        windows = _integers(seed, 3, 1, 8, 111)
+        lengths = integers(seed, 3, 2, 12, 110)
+        windows = integers(seed, 3, 1, 8, 111)
         cases = [(f"random case {n}: {m} tokens, window {w}",
                   range(m - 1 - n, m), range(m), w)
                  for n, (m, w) in enumerate(zip(lengths, windows)) if m > n]
@@ -249,7 +249,7 @@ def _window_by_loops(queries, keys, window, inclusive=False):
                          for t in queries.tolist()])
 
 
-@_self_check
+@self_check
 def check_sliding_window_mask(fn, seed=0):
     """Check fn(query_positions (L,), key_positions (S,), window) -> bool (L, S):
     True where the query at position t may attend to the key at position s,
@@ -258,8 +258,8 @@ def check_sliding_window_mask(fn, seed=0):
     n_cases = 0
     for case, queries, keys, window in _window_cases(seed):
         expected = _window_by_loops(queries, keys, window)
-        got = _run(fn, (queries, keys, window), case,
-                   forbidden=(decoding.decoding_mask,))
+        got = run(fn, (queries, keys, window), case,
+                  forbidden=(decoding.decoding_mask,))
         if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
             raise CheckFailed(f"case '{case}': your mask has dtype {got.dtype}; "
                               "use torch.bool (True = may attend)")
@@ -275,10 +275,10 @@ def check_sliding_window_mask(fn, seed=0):
             for wrong, hint in hints:
                 if torch.equal(got, wrong) and not torch.equal(wrong, expected):
                     raise CheckFailed(f"case '{case}': {hint}")
-        _compare(got.float() if isinstance(got, torch.Tensor) else got,
-                 expected.float(), case, "mask")
+        compare(got.float() if isinstance(got, torch.Tensor) else got,
+                expected.float(), case, "mask")
         n_cases += 1
-    _passed("your sliding-window mask", n_cases)
+    passed("your sliding-window mask", n_cases)
 
 
 def _cache_cases(seed):
@@ -288,17 +288,17 @@ def _cache_cases(seed):
               ("2 held, 3 new, window 4", 2, 3, 4),
               ("6 held, 1 new, window 10", 6, 1, 10)]
     if seed:
-        held = _integers(seed, 3, 0, 8, 120)
-        new = _integers(seed, 3, 1, 5, 121)
-        windows = _integers(seed, 3, 1, 7, 122)
+        held = integers(seed, 3, 0, 8, 120)
+        new = integers(seed, 3, 1, 5, 121)
+        windows = integers(seed, 3, 1, 7, 122)
         shapes = [(f"random case {n}", h, t, w)
                   for n, (h, t, w) in enumerate(zip(held, new, windows))]
     for number, (case, held, new, window) in enumerate(shapes):
-        keys = _random((2, 3, held + new, 4), seed, 130 + number)
+        keys = random((2, 3, held + new, 4), seed, 130 + number)
         yield case, keys[:, :, :held], keys[:, :, held:], window
 
 
-@_self_check
+@self_check
 def check_cache_append(fn, seed=0):
     """Check fn(held (batch, kv_heads, n, d), new (batch, kv_heads, t, d),
     window) -> (attend_to, kept): attend_to is held followed by new along the
@@ -311,7 +311,7 @@ def check_cache_append(fn, seed=0):
         expected_all = torch.stack(tokens, dim=2)      # token by token
         start = 0 if window is None else max(0, len(tokens) - window)
         expected_kept = torch.stack(tokens[start:], dim=2)
-        got = _run(fn, (held.clone(), new.clone(), window), case)
+        got = run(fn, (held.clone(), new.clone(), window), case)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise CheckFailed(f"case '{case}': return two tensors, "
                               "(attend_to, kept)")
@@ -328,10 +328,10 @@ def check_cache_append(fn, seed=0):
                 and torch.equal(kept, expected_all[:, :, :window])):
             raise CheckFailed(f"case '{case}': you kept the first window "
                               "tokens; a sliding window keeps the last ones")
-        _compare(attend_to, expected_all, case, "attend_to")
-        _compare(kept, expected_kept, case, "kept")
+        compare(attend_to, expected_all, case, "attend_to")
+        compare(kept, expected_kept, case, "kept")
         n_cases += 1
-    _passed("your cache update", n_cases)
+    passed("your cache update", n_cases)
 
 
 # chapter 11: generation with a cache, wired by hand --------------------------
@@ -440,9 +440,9 @@ def _generation_cases(seed):
                1, 9, 6, 4, 1),
               ("2 prompts of 7 tokens in chunks of 3, 5 new", 2, 7, 5, 3, 2)]
     if seed:
-        lengths = _integers(seed, 4, 5, 13, 160)
-        new = _integers(seed, 4, 3, 11, 161)
-        chunks = _integers(seed, 4, 2, 5, 162)
+        lengths = integers(seed, 4, 5, 13, 160)
+        new = integers(seed, 4, 3, 11, 161)
+        chunks = integers(seed, 4, 2, 5, 162)
         shapes = [(f"random case {n}: {1 + n % 2} prompt(s) of {p} tokens"
                    + (f" in chunks of {c}" if n % 2 else "") + f", {t} new",
                    1 + n % 2, p, t, c if n % 2 else None, (4, 2, 1, 2)[n])
@@ -460,7 +460,7 @@ def _generation_cases(seed):
                                           (block.attention.v_proj, 2.0)):
                     projection.weight.mul_(scale)
         ids = torch.randint(0, 29, (batch, prompt),
-                            generator=_generator(seed, 180 + number))
+                            generator=generator(seed, 180 + number))
         yield case, model.eval(), ids, new, chunk
 
 
@@ -478,7 +478,7 @@ def _without_shortcuts(model):
                       (block, "forward_with_weights",
                        "block.forward_with_weights")]
     for module, name, shown in shortcuts:
-        object.__setattr__(module, name, _tripwire(shown))
+        object.__setattr__(module, name, tripwire(shown))
     return copy
 
 
@@ -522,7 +522,7 @@ def _generation_hint(model, ids, new, chunk, got, expected, appended, read):
     return None
 
 
-@_self_check
+@self_check
 def check_generate_cached(fn, seed=0):
     """Check fn(model, ids (batch, P), max_new_tokens, chunk=None) -> greedy
     tokens (batch, P + max_new_tokens), computed from model's embedding,
@@ -538,8 +538,8 @@ def check_generate_cached(fn, seed=0):
         learners.embed.register_forward_hook(
             lambda module, args, output: read.append(args[0].shape[-1]))
         with _counting_appends(appended), torch.no_grad():
-            got = _run(fn, (learners, ids.clone(), new), case,
-                       kwargs={"chunk": chunk})
+            got = run(fn, (learners, ids.clone(), new), case,
+                      kwargs={"chunk": chunk})
         if (isinstance(got, torch.Tensor) and got.dim() == 2
                 and got.shape[1] == new < expected.shape[1]):
             raise CheckFailed(f"case '{case}': you returned the {new} new "
@@ -566,33 +566,33 @@ def check_generate_cached(fn, seed=0):
                     f"case '{case}': your function reads {sum(read)} token "
                     f"positions for a text of {ids.shape[1] + new}: with the "
                     "cache each token goes through the model once")
-        _compare(got.to(torch.int64) if isinstance(got, torch.Tensor) else got,
-                 expected, case, "tokens", atol=0)
+        compare(got.to(torch.int64) if isinstance(got, torch.Tensor) else got,
+                expected, case, "tokens", atol=0)
         n_cases += 1
-    _passed("your cached generation", n_cases)
+    passed("your cached generation", n_cases)
 
 
 def _score_rows(seed):
     """(case, scores (rows, n), block size) for check_online_softmax_update:
     each row is streamed to the update block by block."""
-    normal = _random((3, 12), seed, 140)
+    normal = random((3, 12), seed, 140)
     cases = [("3 rows of 12 scores, blocks of 4", normal, 4),
              ("huge scores (around 1000)", normal + 1000, 5),
              ("very negative scores (around -1000)", normal - 1000, 3),
              ("each block's maximum above the last", torch.arange(
-                 12.0).repeat(2, 1) + _random((2, 12), seed, 141) * 0.1, 4),
+                 12.0).repeat(2, 1) + random((2, 12), seed, 141) * 0.1, 4),
              ("one block", normal[:, :7], 7)]
-    masked = _random((2, 9), seed, 142)
+    masked = random((2, 9), seed, 142)
     masked[0, :3] = -float("inf")
     cases.append(("the first block of row 0 fully masked (-inf)", masked, 3))
-    between = _random((2, 9), seed, 143)
+    between = random((2, 9), seed, 143)
     between[1, 3:6] = -float("inf")
     cases.append(("row 1's middle block fully masked, between finite ones",
                   between, 3))
     if seed:
-        sizes = _integers(seed, 3, 1, 6, 144)
+        sizes = integers(seed, 3, 1, 6, 144)
         cases += [(f"random case {n}, blocks of {b}",
-                   _random((2, 3 * b + n), seed, 145 + n) * 10, b)
+                   random((2, 3 * b + n), seed, 145 + n) * 10, b)
                   for n, b in enumerate(sizes)]
     return cases
 
@@ -613,7 +613,7 @@ def _update_without_rescale(running_max, running_sum, block):
     return new_max, running_sum + torch.exp(block - new_max[..., None]).sum(-1)
 
 
-@_self_check
+@self_check
 def check_online_softmax_update(fn, seed=0):
     """Check fn(running_max (rows,), running_sum (rows,), block (rows, b)) ->
     (new_max, new_sum): after the blocks of a row have been passed in order,
@@ -623,8 +623,8 @@ def check_online_softmax_update(fn, seed=0):
     n_cases = 0
     for case, scores, block_size in _score_rows(seed):
         def learners(running_max, running_sum, block):
-            got = _run(fn, (running_max.clone(), running_sum.clone(),
-                            block.clone()), case)
+            got = run(fn, (running_max.clone(), running_sum.clone(),
+                           block.clone()), case)
             if not (isinstance(got, tuple) and len(got) == 2):
                 raise CheckFailed(f"case '{case}': return two tensors, "
                                   "(new_max, new_sum)")
@@ -658,12 +658,12 @@ def check_online_softmax_update(fn, seed=0):
             return ("is the rescaling factor upside down? On the first "
                     "block m_old = -inf: exp(m_old - m_new) is 0, but "
                     "exp(m_new - m_old) is inf, and 0 * inf is NaN")
-        _compare(got_max, expected_max, case, "running maximum",
-                 explain_nan=explain)
-        _compare(got_sum, expected_sum, case, "running sum",
-                 explain_nan=explain)
+        compare(got_max, expected_max, case, "running maximum",
+                explain_nan=explain)
+        compare(got_sum, expected_sum, case, "running sum",
+                explain_nan=explain)
         n_cases += 1
-    _passed("your online-softmax update", n_cases)
+    passed("your online-softmax update", n_cases)
 
 
 def _causal_tiles_by_mask(n_queries, n_keys, query_block, key_block):
@@ -680,13 +680,13 @@ def _tile_cases(seed):
     shapes = [(8, 8, 4, 4), (10, 10, 4, 4), (12, 12, 4, 2), (12, 12, 2, 4),
               (7, 12, 3, 5), (12, 7, 5, 2), (5, 5, 8, 8), (1, 1, 1, 1)]
     if seed:
-        sizes = _integers(seed, 16, 1, 20, 150)
+        sizes = integers(seed, 16, 1, 20, 150)
         shapes = [(sizes[i], sizes[i + 1], 1 + sizes[i + 2] % 6,
                    1 + sizes[i + 3] % 6) for i in range(0, 16, 4)]
     return shapes
 
 
-@_self_check
+@self_check
 def check_causal_tiles(fn, seed=0):
     """Check fn(n_queries, n_keys, query_block, key_block) -> the (query
     block, key block) index pairs that causal attention (query i sees keys
@@ -698,8 +698,8 @@ def check_causal_tiles(fn, seed=0):
     for n_queries, n_keys, query_block, key_block in _tile_cases(seed):
         case = (f"{n_queries} queries in blocks of {query_block}, {n_keys} "
                 f"keys in blocks of {key_block}")
-        got = _run(fn, (n_queries, n_keys, query_block, key_block), case,
-                   forbidden=(tiled.tile_schedule,))
+        got = run(fn, (n_queries, n_keys, query_block, key_block), case,
+                  forbidden=(tiled.tile_schedule,))
         try:
             got = {tuple(int(index) for index in pair) for pair in got}
         except (TypeError, ValueError):
@@ -729,7 +729,7 @@ def check_causal_tiles(fn, seed=0):
                               "above the diagonal (every key after every "
                               "query) and should be skipped")
         n_cases += 1
-    _passed("your causal tile list", n_cases)
+    passed("your causal tile list", n_cases)
 
 
 # Chapter 12, exercise 5: FlashAttention-2 as a torch.autograd.Function ------
@@ -744,7 +744,7 @@ def _flash_cases(seed):
     sizes either way round, causal or not, float64 and float32, huge scores."""
     case, f64 = _FlashCase, torch.float64
     if seed:
-        sizes = _integers(seed, 24, 1, 41, 160)
+        sizes = integers(seed, 24, 1, 41, 160)
         return [case(f"random case {n}", (2,), sizes[n], sizes[n + 6],
                      4 * (1 + sizes[n + 12] % 2), 4, 1 + sizes[n + 18] % 12,
                      1 + sizes[n + 12] % 11, bool(sizes[n] % 2), f64, 1)
@@ -773,7 +773,7 @@ def _flash_inputs(case, seed, number):
               (*case.batch, case.n_keys, case.value_dim),
               (*case.batch, case.n_queries, case.value_dim)]
     q, k, v, grad_output = (
-        _random(shape, seed, 170 + 4 * number + i).to(case.dtype)
+        random(shape, seed, 170 + 4 * number + i).to(case.dtype)
         for i, shape in enumerate(shapes))
     q, k = q * case.magnitude, k * case.magnitude
     return [t.requires_grad_() for t in (q, k, v)], grad_output
@@ -972,16 +972,16 @@ def _check_flash_saved(output, inputs, expected, case, atol):
         raise CheckFailed(f"case '{case.name}': you saved the running maximum "
                           "m; save the log-sum-exp m + log l, from which the "
                           "backward pass gets each weight as exp(s - m - log l)")
-    _compare(candidates[0], lse, case.name, "saved log-sum-exp (m + log l of "
-             "the scaled, masked scores)", atol=atol)
+    compare(candidates[0], lse, case.name, "saved log-sum-exp (m + log l of "
+            "the scaled, masked scores)", atol=atol)
 
 
 def _one_key_block_hint(fn, inputs, case, expected, atol):
     """Why an output is wrong, if all keys in one block make it right."""
     with torch.no_grad():
-        output = _run(fn.apply, (*inputs, case.is_causal, case.query_block,
-                                 case.n_keys), case.name,
-                      forbidden=_FLASH_ANSWERS, learner=fn)
+        output = run(fn.apply, (*inputs, case.is_causal, case.query_block,
+                                case.n_keys), case.name,
+                     forbidden=_FLASH_ANSWERS, learner=fn)
     if not _all_close((output,), (expected["output"],), atol):
         return None
     return (f"with all keys in one block your output is right, with blocks "
@@ -995,7 +995,7 @@ def _flash_forward_case(fn, case, number, seed):
     """Run and check one case's forward pass; return what its backward needs."""
     (q, k, v), grad_output = _flash_inputs(case, seed, number)
     expected = _flash_expected(q, k, v, grad_output, case)
-    output, largest = _run(
+    output, largest = run(
         measure.largest_tensor, (fn.apply if _is_autograd_function(fn) else fn,
                                q, k, v, case.is_causal, case.query_block,
                                case.key_block),
@@ -1021,8 +1021,8 @@ def _flash_forward_case(fn, case, number, seed):
         hint = _one_key_block_hint(fn, (q, k, v), case, expected, atol)
     if hint:
         raise CheckFailed(f"case '{case.name}': {hint}")
-    _compare(output, expected["output"], case.name, "output", atol=atol,
-             explain_nan=lambda index: (
+    compare(output, expected["output"], case.name, "output", atol=atol,
+            explain_nan=lambda index: (
                  "exp of a score around 1e3 overflows; subtract the running "
                  "maximum before exponentiating" if case.magnitude > 1
                  else None))
@@ -1040,7 +1040,7 @@ def _flash_forward_case(fn, case, number, seed):
 def _flash_backward_case(fn, case, inputs, output, grad_output, expected):
     """Run and check one case's backward pass."""
     try:
-        grads, largest = _run(
+        grads, largest = run(
             measure.largest_tensor,
             (torch.autograd.grad, output, inputs, grad_output), case.name,
             forbidden=_FLASH_ANSWERS, learner=fn)
@@ -1059,8 +1059,8 @@ def _flash_backward_case(fn, case, inputs, output, grad_output, expected):
     if hint:
         raise CheckFailed(f"case '{case.name}': {hint}")
     for index, name, why in _GRADIENT_HINTS:
-        _compare(grads[index], expected["grads"][index], case.name,
-                 f"{name} ({why})", atol=atol)
+        compare(grads[index], expected["grads"][index], case.name,
+                f"{name} ({why})", atol=atol)
     _check_flash_memory(largest, (*inputs, output), case, "backward")
 
 
@@ -1081,7 +1081,7 @@ def _check_flash_skips(fn):
     for is_causal in (False, True):
         with torch.no_grad():
             _, work[is_causal] = measure.count_multiply_adds(
-                _run, fn.apply, (q, k, v, is_causal, 6, 12), case.name,
+                run, fn.apply, (q, k, v, is_causal, 6, 12), case.name,
                 forbidden=_FLASH_ANSWERS, learner=fn)
     if not work[False]:
         return                    # no matrix products to count: not measured
@@ -1101,7 +1101,7 @@ def _check_flash_skips(fn):
             "entirely above the diagonal")
 
 
-@_self_check
+@self_check
 def check_flash_autograd(fn, seed=0):
     """Check fn, a torch.autograd.Function: fn.apply(query (..., L, d), key
     (..., S, d), value (..., S, d_v), is_causal, query_block, key_block) ->
@@ -1122,18 +1122,18 @@ def check_flash_autograd(fn, seed=0):
             raise CheckFailed(f"your forward pass agrees with PyTorch on all "
                               f"{len(cases)} cases; backward still raises "
                               "NotImplementedError: write it next") from None
-    _passed("your FlashAttention, forward and backward", len(cases))
+    passed("your FlashAttention, forward and backward", len(cases))
 
 
 def _word_id_cases(seed):
     """Word ids as the tokenizer gives them: None for [CLS] and [SEP], and
     words of 1 to 4 pieces; a first case without any word, one of one word."""
-    generator = _generator(seed, 13)
+    rng = generator(seed, 13)
     cases = [("[CLS] [SEP] only", [None, None]),
              ("one word of three pieces", [None, 0, 0, 0, None])]
     for number in range(5):
-        n_words = int(torch.randint(2, 7, (1,), generator=generator))
-        pieces = torch.randint(1, 5, (n_words,), generator=generator).tolist()
+        n_words = int(torch.randint(2, 7, (1,), generator=rng))
+        pieces = torch.randint(1, 5, (n_words,), generator=rng).tolist()
         word_ids = [None] + [word for word, count in enumerate(pieces)
                              for _ in range(count)] + [None]
         cases.append((f"random sentence {number} ({n_words} words)", word_ids))
@@ -1150,7 +1150,7 @@ def _previous_word_by_loops(word_ids):
     return targets
 
 
-@_self_check
+@self_check
 def check_previous_word_targets(fn, seed=0):
     """Check fn(word_ids) -> bool (n, n): True where key j is a piece of the
     word just before query i's word. word_ids: one entry per token, the index
@@ -1158,10 +1158,10 @@ def check_previous_word_targets(fn, seed=0):
     never targets)."""
     cases = _word_id_cases(seed)
     for case, word_ids in cases:
-        got = _run(fn, (list(word_ids),), case)
+        got = run(fn, (list(word_ids),), case)
         expected = _previous_word_by_loops(word_ids)
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-            _compare(got, expected.double(), case, "targets")
+            compare(got, expected.double(), case, "targets")
         got = got.detach().cpu().bool()
         n = len(word_ids)
         previous_token = torch.zeros(n, n, dtype=torch.bool)
@@ -1178,7 +1178,7 @@ def check_previous_word_targets(fn, seed=0):
                 f"case '{case}' (word_ids {word_ids}): key {j} (word "
                 f"{word_ids[j]}) {should} a target of query {i} (word "
                 f"{word_ids[i]}); None marks [CLS] and [SEP], never targets")
-    _passed("your previous-word targets", len(cases))
+    passed("your previous-word targets", len(cases))
 
 
 def _heads_by_hand(attention, x, zeroed_head=None):
@@ -1200,7 +1200,7 @@ def _heads_by_hand(attention, x, zeroed_head=None):
     return attention.out_proj(torch.cat(outputs, dim=-1))
 
 
-@_self_check
+@self_check
 def check_ablate_head(fn, seed=0):
     """Check fn(attention, head) -> a copy of the MultiHeadAttention
     `attention` in which head `head` contributes nothing (its output is zero
@@ -1216,11 +1216,11 @@ def check_ablate_head(fn, seed=0):
             with torch.no_grad():  # non-zero biases, so forgetting one shows
                 for projection in (attention.v_proj, attention.out_proj):
                     projection.bias.normal_()
-        x = _random((2, 5, width), seed, number)
+        x = random((2, 5, width), seed, number)
         before = {k: v.clone() for k, v in attention.state_dict().items()}
         with torch.no_grad():
             expected = _heads_by_hand(attention, x, zeroed_head=head)
-        ablated = _run(fn, (attention, head), case)
+        ablated = run(fn, (attention, head), case)
         after = attention.state_dict()
         if any(not torch.equal(before[k], after[k]) for k in before):
             raise CheckFailed(f"case '{case}': you changed the original "
@@ -1230,7 +1230,7 @@ def check_ablate_head(fn, seed=0):
             raise CheckFailed(f"case '{case}': return the ablated copy of "
                               f"the layer, not a {type(ablated).__name__}")
         with torch.no_grad():
-            got = _run(ablated, (x, x, x), case)
+            got = run(ablated, (x, x, x), case)
         got = got[0] if isinstance(got, tuple) else got
         if bias and isinstance(got, torch.Tensor):
             v_bias_left = attention.v_proj.bias[head * (width // n_heads):
@@ -1245,8 +1245,8 @@ def check_ablate_head(fn, seed=0):
                         "bias (the weights sum to 1, so sum_j a_ij b_v = "
                         "b_v); zero the bias too, or zero the head's "
                         "columns of out_proj instead")
-        _compare(got, expected, case, "ablated layer's output")
-    _passed("your head ablation", len(cases))
+        compare(got, expected, case, "ablated layer's output")
+    passed("your head ablation", len(cases))
 
 
 def _converter_permute(weight, num_heads):
@@ -1262,11 +1262,11 @@ def _half_split_cases(seed):
     """(name, half-split weight, num_heads): the original rows the answer must recover."""
     shapes = [("1 head of 8", 1, 8, 5), ("3 heads of 8", 3, 8, 6),
               ("9 heads of 64, as SmolLM2's W_Q", 9, 64, 7), ("2 heads of 2", 2, 2, 3)]
-    return [(name, _random((heads * head_dim, columns), seed, number), heads)
+    return [(name, random((heads * head_dim, columns), seed, number), heads)
             for number, (name, heads, head_dim, columns) in enumerate(shapes)]
 
 
-@_self_check
+@self_check
 def check_half_split_rows(fn, seed=0):
     """Check fn(weight (num_heads * head_dim, in), num_heads) -> the same rows in the
     half-split order: the inverse of the GGUF converter's reordering of W_Q and W_K."""
@@ -1275,8 +1275,8 @@ def check_half_split_rows(fn, seed=0):
     cases = _half_split_cases(seed)
     for case, original, heads in cases:
         gguf_rows = _converter_permute(original, heads)
-        got = _run(fn, (gguf_rows, heads), case,
-                   forbidden=(smollm2.interleaved_to_half_split,))
+        got = run(fn, (gguf_rows, heads), case,
+                  forbidden=(smollm2.interleaved_to_half_split,))
         if isinstance(got, torch.Tensor) and got.shape == original.shape:
             if torch.equal(got, _converter_permute(gguf_rows, heads)) and not torch.equal(
                     got, original):
@@ -1288,16 +1288,16 @@ def check_half_split_rows(fn, seed=0):
                 raise CheckFailed(f"case '{case}': you reordered the rows of all heads "
                                   "together; each head's rows are reordered on their own "
                                   "(reshape to (num_heads, head_dim // 2, 2, in) first)")
-        _compare(got, original, case, "rows", atol=0)
-    _passed("your reordering of W_Q and W_K rows", len(cases))
+        compare(got, original, case, "rows", atol=0)
+    passed("your reordering of W_Q and W_K rows", len(cases))
 
 
 def _induction_target_cases(seed):
     """(name, ids (L,)): token sequences with repeats, so that targets exist."""
-    generator = _generator(seed)
-    return [("12 tokens from 4", torch.randint(0, 4, (12,), generator=generator)),
-            ("30 tokens from 6", torch.randint(0, 6, (30,), generator=generator)),
-            ("9 tokens repeated once", torch.randperm(9, generator=generator).repeat(2))]
+    rng = generator(seed)
+    return [("12 tokens from 4", torch.randint(0, 4, (12,), generator=rng)),
+            ("30 tokens from 6", torch.randint(0, 6, (30,), generator=rng)),
+            ("9 tokens repeated once", torch.randperm(9, generator=rng).repeat(2))]
 
 
 def _targets_by_loops(ids, shift):
@@ -1310,14 +1310,14 @@ def _targets_by_loops(ids, shift):
     return targets
 
 
-@_self_check
+@self_check
 def check_induction_targets(fn, seed=0):
     """Check fn(ids (L,)) -> bool (L, L), True where key s follows an earlier occurrence of
     query t's token: ids[s - 1] == ids[t], 1 <= s <= t (an induction head's targets)."""
     cases = _induction_target_cases(seed)
     for case, ids in cases:
         expected = _targets_by_loops(ids, shift=1)
-        got = _run(fn, (ids.clone(),), case)
+        got = run(fn, (ids.clone(),), case)
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
             if got.dtype != torch.bool:
                 raise CheckFailed(f"case '{case}': return a bool matrix, got {got.dtype}")
@@ -1330,6 +1330,6 @@ def check_induction_targets(fn, seed=0):
             if (got & ~torch.ones_like(got).tril()).any():
                 raise CheckFailed(f"case '{case}': a key after its query is marked; a decoder "
                                   "query t sees only keys s <= t")
-        _compare(got.to(torch.int64) if isinstance(got, torch.Tensor) else got,
-                 expected.to(torch.int64), case, "targets", atol=0)
-    _passed("your induction targets", len(cases))
+        compare(got.to(torch.int64) if isinstance(got, torch.Tensor) else got,
+                expected.to(torch.int64), case, "targets", atol=0)
+    passed("your induction targets", len(cases))

@@ -5,22 +5,22 @@ import torch
 from .. import pooling
 from .core import (
     CheckFailed,
-    _passed,
-    _self_check,
-    _run,
+    passed,
+    self_check,
+    run,
     weights_problem,
-    _compare,
-    _generator,
-    _random,
+    compare,
+    generator,
+    random,
 )
 
 
 def _regression_cases(seed=0):
     """(name, queries, keys, values, bandwidth) inputs for the kernel-regression checks."""
-    generator = _generator(seed)
-    keys = torch.sort(torch.rand(12, generator=generator) * 10).values
-    values = torch.randn(12, generator=generator)
-    queries = torch.rand(5, generator=generator) * 10
+    rng = generator(seed)
+    keys = torch.sort(torch.rand(12, generator=rng) * 10).values
+    values = torch.randn(12, generator=rng)
+    queries = torch.rand(5, generator=rng) * 10
     return [
         ("five queries, bandwidth 1", queries, keys, values, 1.0),
         ("narrow bandwidth 0.3", queries, keys, values, 0.3),
@@ -49,8 +49,8 @@ def _require_an_average(fn, queries, keys, bandwidth):
     """A weighted average of equal values is that value, whatever the weights: an answer
     that misses it has weights that do not sum to 1 (the commonest slip)."""
     case, level = "every value equal to 2.5", 2.5
-    got = _run(fn, (queries, keys, torch.full_like(keys, level), bandwidth), case,
-               forbidden=_REGRESSION_ANSWERS)
+    got = run(fn, (queries, keys, torch.full_like(keys, level), bandwidth), case,
+              forbidden=_REGRESSION_ANSWERS)
     if (isinstance(got, torch.Tensor) and got.shape == queries.shape
             and torch.isfinite(got).all() and not torch.allclose(got, torch.full_like(got, level))):
         shown = ", ".join(f"{value:.4g}" for value in got[:3].tolist())
@@ -58,7 +58,7 @@ def _require_an_average(fn, queries, keys, bandwidth):
                           f"but yours gives {shown}: do each query's weights sum to 1?")
 
 
-@_self_check
+@self_check
 def check_nadaraya_watson(fn, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), values (n_k,), bandwidth) -> predictions (n_q,),
     Gaussian-kernel Nadaraya–Watson regression."""
@@ -66,13 +66,13 @@ def check_nadaraya_watson(fn, seed=0):
     _require_an_average(fn, *cases[0][1:3], cases[0][4])
     for case, queries, keys, values, bandwidth in cases:
         expected, _ = pooling.nadaraya_watson(queries, keys, values, bandwidth, "gaussian")
-        got = _run(fn, (queries, keys, values, bandwidth), case, forbidden=_REGRESSION_ANSWERS)
-        _compare(got, expected, case, "predictions",
-                 explain_nan=_kernel_underflow(queries, keys, bandwidth))
-    _passed("your Gaussian Nadaraya–Watson regression", len(cases))
+        got = run(fn, (queries, keys, values, bandwidth), case, forbidden=_REGRESSION_ANSWERS)
+        compare(got, expected, case, "predictions",
+                explain_nan=_kernel_underflow(queries, keys, bandwidth))
+    passed("your Gaussian Nadaraya–Watson regression", len(cases))
 
 
-@_self_check
+@self_check
 def check_kernel_weights(fn, kernel, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), bandwidth) -> weights (n_q, n_k) for a named kernel
     ('gaussian', 'boxcar' or 'epanechnikov')."""
@@ -84,16 +84,16 @@ def check_kernel_weights(fn, kernel, seed=0):
         distance_to_nearest_key = (queries[:, None] - keys[None, :]).abs().min(dim=1).values
         queries = queries[distance_to_nearest_key < bandwidth]  # a compact kernel must reach a key
         _, expected = pooling.nadaraya_watson(queries, keys, values, bandwidth, kernel)
-        got = _run(fn, (queries, keys, bandwidth), case, forbidden=answers)
+        got = run(fn, (queries, keys, bandwidth), case, forbidden=answers)
         problem = weights_problem(got) if isinstance(got, torch.Tensor) else None
         if problem and got.shape == expected.shape and torch.isfinite(got).all():
             raise CheckFailed(f"case '{case}': {problem}")
-        _compare(got, expected, case, "weights",
-                 explain_nan=_kernel_underflow(queries, keys, bandwidth))
-    _passed(f"your {kernel} attention-weight matrix", len(cases))
+        compare(got, expected, case, "weights",
+                explain_nan=_kernel_underflow(queries, keys, bandwidth))
+    passed(f"your {kernel} attention-weight matrix", len(cases))
 
 
-@_self_check
+@self_check
 def check_leave_one_out(fn, seed=0):
     """Check fn(keys (n,), values (n,), bandwidth) -> leave-one-out mean squared error (a number),
     Gaussian kernel."""
@@ -101,7 +101,7 @@ def check_leave_one_out(fn, seed=0):
     answers = (*_REGRESSION_ANSWERS, pooling.leave_one_out_mse, pooling.select_bandwidth)
     for case, _, keys, values, bandwidth in cases:
         expected = pooling.leave_one_out_mse(keys, values, bandwidth)
-        got = _run(fn, (keys, values, bandwidth), case, forbidden=answers)
+        got = run(fn, (keys, values, bandwidth), case, forbidden=answers)
         got = got.item() if isinstance(got, torch.Tensor) and got.numel() == 1 else got
         if not isinstance(got, float):
             raise CheckFailed(f"case '{case}': expected one number, got {got!r}")
@@ -114,10 +114,10 @@ def check_leave_one_out(fn, seed=0):
                     if abs(got - torch.mean((in_sample - values) ** 2).item()) < 1e-5 else "")
             raise CheckFailed(f"case '{case}': your error is {got:.5f}, "
                               f"expected {expected:.5f}{hint}")
-    _passed("your leave-one-out error", len(cases))
+    passed("your leave-one-out error", len(cases))
 
 
-@_self_check
+@self_check
 def check_batched_pooling(fn, seed=0):
     """Check fn(weights (b, n_q, n_k), values (b, n_k, d_v)) -> (b, n_q, d_v): one weighted
     average of values per query and per batch element."""
@@ -125,35 +125,35 @@ def check_batched_pooling(fn, seed=0):
              ("batch of 3, four queries, 2-D values", (3, 4, 6), (3, 6, 2)),
              ("batch of 1", (1, 5, 5), (1, 5, 3))]
     for number, (case, weight_shape, value_shape) in enumerate(cases):
-        weights = torch.softmax(_random(weight_shape, seed, number), dim=-1)
-        values = _random(value_shape, seed, 10 + number)
+        weights = torch.softmax(random(weight_shape, seed, number), dim=-1)
+        values = random(value_shape, seed, 10 + number)
         expected = torch.stack([w @ v for w, v in zip(weights, values)])
-        _compare(_run(fn, (weights, values), case), expected, case)
-    _passed("your batched weighted average", len(cases))
+        compare(run(fn, (weights, values), case), expected, case)
+    passed("your batched weighted average", len(cases))
 
 
-@_self_check
+@self_check
 def check_per_key_weights(fn, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), bandwidths (n_k,)) -> (n_q, n_k): Gaussian attention
     weights in which key i has its own bandwidth h_i."""
     cases = _regression_cases(seed)[:4]
     for number, (case, queries, keys, values, bandwidth) in enumerate(cases):
-        bandwidths = bandwidth * torch.exp(0.5 * _random((len(keys),), seed, number))
+        bandwidths = bandwidth * torch.exp(0.5 * random((len(keys),), seed, number))
         _, expected = pooling.nadaraya_watson(queries, keys, values, bandwidths)
-        got = _run(fn, (queries, keys, bandwidths), case, forbidden=_REGRESSION_ANSWERS)
-        _compare(got, expected, case, "weights",
-                 explain_nan=_kernel_underflow(queries, keys, bandwidths))
-    _passed("your per-key attention weights", len(cases))
+        got = run(fn, (queries, keys, bandwidths), case, forbidden=_REGRESSION_ANSWERS)
+        compare(got, expected, case, "weights",
+                explain_nan=_kernel_underflow(queries, keys, bandwidths))
+    passed("your per-key attention weights", len(cases))
 
 
 def _batched_regression_cases(seed=0):
     """(name, queries (B, n_q), keys (B, n_k), values (B, n_k), bandwidth) inputs."""
-    generator = _generator(seed, 500)
+    rng = generator(seed, 500)
 
     def draw(batch, n_q, n_k):
-        keys = torch.rand(batch, n_k, generator=generator) * 10
-        values = torch.randn(batch, n_k, generator=generator)
-        queries = torch.rand(batch, n_q, generator=generator) * 10
+        keys = torch.rand(batch, n_k, generator=rng) * 10
+        values = torch.randn(batch, n_k, generator=rng)
+        queries = torch.rand(batch, n_q, generator=rng) * 10
         return queries, keys, values
 
     far = draw(3, 4, 6)
@@ -164,7 +164,7 @@ def _batched_regression_cases(seed=0):
             ("a query far from every key", *far, 0.5)]
 
 
-@_self_check
+@self_check
 def check_batched_regression(fn, seed=0):
     """Check fn(queries (B, n_q), keys (B, n_k), values (B, n_k), bandwidth) -> (B, n_q):
     Gaussian Nadaraya–Watson regression of B independent data sets in one call, data set b
@@ -174,8 +174,8 @@ def check_batched_regression(fn, seed=0):
         expected = torch.stack([                  # an independent loop over the data sets
             torch.softmax(-((q[:, None] - k[None, :]) / bandwidth) ** 2 / 2, dim=1) @ v
             for q, k, v in zip(queries.double(), keys.double(), values.double())]).float()
-        got = _run(fn, (queries, keys, values, bandwidth), case,
-                   forbidden=_REGRESSION_ANSWERS)
+        got = run(fn, (queries, keys, values, bandwidth), case,
+                  forbidden=_REGRESSION_ANSWERS)
         if (isinstance(got, torch.Tensor) and got.shape == expected.shape
                 and len(keys) > 1 and torch.isfinite(got).all()):
             pooled = torch.stack([
@@ -184,7 +184,7 @@ def check_batched_regression(fn, seed=0):
             if torch.allclose(got, pooled, atol=1e-5):
                 raise CheckFailed(f"case '{case}': your queries attend to the keys of every "
                                   "data set; data set b must use only keys[b] and values[b]")
-        _compare(got, expected, case, "predictions",
-                 explain_nan=lambda index: _kernel_underflow(
+        compare(got, expected, case, "predictions",
+                explain_nan=lambda index: _kernel_underflow(
                      queries[index[0]], keys[index[0]], bandwidth)((index[1],)))
-    _passed("your batched kernel regression", len(cases))
+    passed("your batched kernel regression", len(cases))
