@@ -23,13 +23,10 @@ from .pooling import (
     check_nadaraya_watson,
     check_kernel_weights,
     check_leave_one_out,
-    check_batched_pooling,
     check_per_key_weights,
     check_batched_regression,
 )
 from .dot_product import (
-    SIMILARITY_OPTIONS,
-    check_similarity,
     check_entropy,
     check_query_jacobian,
     check_masked_softmax,
@@ -38,7 +35,6 @@ from .dot_product import (
     check_top_k_attention,
 )
 from .models import (
-    check_context_vector,
     check_dot_product_step,
     check_self_attention,
     check_positional_encoding,

@@ -4,45 +4,9 @@ import math
 
 import torch
 
-from .. import attention, masking, scoring
+from .. import attention, masking
 from .core import (CheckFailed, passed, self_check, run, compare, random, integers,
                    weights_problem)
-
-
-SIMILARITY_OPTIONS = {"dot": "temperature", "scaled_dot": "temperature",
-                      "cosine": "temperature", "rbf": "bandwidth"}
-
-
-_OPTION_VALUES = (1.0, 0.5, 2.0, 0.1)
-
-
-@self_check
-def check_similarity(fn, name, seed=0, **options):
-    """Check fn(queries (n_q, d), keys (n_k, d), <option>=value) -> scores (n_q, n_k) against the
-    similarity `name` ('dot', 'scaled_dot', 'cosine', 'rbf') of attention_course.scoring, for
-    several values of its option (temperature or bandwidth), passed to fn as a keyword. A value
-    given here (e.g. temperature=0.5, the exercise's default) is tested first."""
-    if name not in SIMILARITY_OPTIONS:
-        raise ValueError(f"unknown similarity {name!r}; choose one of {sorted(SIMILARITY_OPTIONS)}")
-    option = SIMILARITY_OPTIONS[name]
-    if set(options) - {option}:
-        raise ValueError(f"the {name} similarity takes only {option}=..., got {sorted(options)}")
-    values = list(dict.fromkeys([*options.values(), *_OPTION_VALUES]))
-    reference = scoring.SIMILARITIES[name]
-    shapes = [("2-D queries and keys", (1, 2), (6, 2)), ("8-D, three queries", (3, 8), (5, 8)),
-              ("long keys", (2, 4), (7, 4))]
-    n_cases = 0
-    for number, (shape_case, query_shape, key_shape) in enumerate(shapes):
-        queries, keys = random(query_shape, seed, number), random(key_shape, seed, 20 + number)
-        if shape_case == "long keys":
-            keys = keys * torch.arange(1.0, 8.0)[:, None] * 3
-        for value in values:
-            case, kwargs = f"{shape_case}, {option}={value}", {option: value}
-            expected = reference(queries, keys, **kwargs)
-            got = run(fn, (queries, keys), case, kwargs, forbidden=(reference,))
-            compare(got, expected, case, "scores")
-            n_cases += 1
-    passed(f"your {name} similarity", n_cases)
 
 
 @self_check

@@ -7,9 +7,8 @@ from .. import attention, masking, multihead, positions
 from .core import (CheckFailed, passed, self_check, run, compare, random, integers)
 
 
-def _decoder_step_cases(seed, with_dim):
-    """(name, batch, n_k, d, d_v, valid_lens) for the one-decoder-step checks (chapter on
-    encoder-decoder attention)."""
+def _decoder_step_cases(seed):
+    """(name, batch, n_k, d, d_v, valid_lens) for the one-decoder-step check."""
     cases = [("batch of 3, lengths 4, 2, 5", 3, 5, 4, 3, [4, 2, 5]),
              ("one sequence, no padding", 1, 6, 8, 2, [6]),
              ("a sequence of length 1", 2, 4, 2, 5, [1, 3])]
@@ -20,7 +19,7 @@ def _decoder_step_cases(seed, with_dim):
                  for number, (batch, n_k, d, d_v) in enumerate(zip(
                      sizes, integers(seed, 3, 2, 9, 21), integers(seed, 3, 1, 9, 22),
                      integers(seed, 3, 1, 6, 23)))]
-    return cases if with_dim else [case[:3] + case[4:] for case in cases]
+    return cases
 
 
 def _reference_context(scores, values, lengths):
@@ -32,30 +31,11 @@ def _reference_context(scores, values, lengths):
 
 
 @self_check
-def check_context_vector(fn, seed=0):
-    """Check fn(scores (batch, n_k), values (batch, n_k, d_v), valid_lens (batch,)) -> context
-    (batch, d_v): the softmax of each row's first valid_len scores, weighting the values."""
-    cases = _decoder_step_cases(seed, with_dim=False)
-    answers = (masking.masked_softmax, masking.softmax_with_mask)
-    for number, (case, batch, n_k, d_v, lengths) in enumerate(cases):
-        scores = random((batch, n_k), seed, 40 + number) * 3
-        values = random((batch, n_k, d_v), seed, 50 + number)
-        if n_k > min(lengths):
-            scores[:, -1] = 30.0                        # a tempting score on padding
-        expected, _ = _reference_context(scores, values, lengths)
-        got = run(fn, (scores, values, torch.tensor(lengths)), case, forbidden=answers)
-        if isinstance(got, torch.Tensor):
-            got = got.double()
-        compare(got, expected, case, "context vector")
-    passed("your context vector", len(cases))
-
-
-@self_check
 def check_dot_product_step(fn, seed=0):
     """Check fn(query (batch, d), keys (batch, n_k, d), values (batch, n_k, d_v), valid_lens
     (batch,)) -> context (batch, d_v), with scores q . k_i / sqrt(d) over the first valid_len
     keys."""
-    cases = _decoder_step_cases(seed, with_dim=True)
+    cases = _decoder_step_cases(seed)
     answers = (masking.masked_softmax, masking.softmax_with_mask,
                attention.scaled_dot_product_attention,
                torch.nn.functional.scaled_dot_product_attention)

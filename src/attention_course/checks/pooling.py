@@ -118,21 +118,6 @@ def check_leave_one_out(fn, seed=0):
 
 
 @self_check
-def check_batched_pooling(fn, seed=0):
-    """Check fn(weights (b, n_q, n_k), values (b, n_k, d_v)) -> (b, n_q, d_v): one weighted
-    average of values per query and per batch element."""
-    cases = [("batch of 2, one query each", (2, 1, 10), (2, 10, 1)),
-             ("batch of 3, four queries, 2-D values", (3, 4, 6), (3, 6, 2)),
-             ("batch of 1", (1, 5, 5), (1, 5, 3))]
-    for number, (case, weight_shape, value_shape) in enumerate(cases):
-        weights = torch.softmax(random(weight_shape, seed, number), dim=-1)
-        values = random(value_shape, seed, 10 + number)
-        expected = torch.stack([w @ v for w, v in zip(weights, values)])
-        compare(run(fn, (weights, values), case), expected, case)
-    passed("your batched weighted average", len(cases))
-
-
-@self_check
 def check_per_key_weights(fn, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), bandwidths (n_k,)) -> (n_q, n_k): Gaussian attention
     weights in which key i has its own bandwidth h_i."""
