@@ -72,7 +72,7 @@ def test_absorbed_query_check_names_the_usual_mistakes():
 
 def test_absorbed_query_check_refuses_a_hard_coded_answer():
     remembered = {}
-    for case, heads, queries, head_dim, rank in checks.frontier._absorb_cases(0):
+    for case, heads, queries, head_dim, rank in checks.ch15_multi_head_latent_attention._absorb_cases(0):
         remembered[(heads, queries, head_dim, rank)] = None
 
     def only_visible_shapes(q, w):

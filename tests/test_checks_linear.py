@@ -115,7 +115,7 @@ def test_gated_delta_step_check_names_the_usual_mistakes(wrong, hint):
 
 
 def test_chapter_16_checks_refuse_answers_that_only_fit_the_visible_cases():
-    visible = {tuple(state.shape) for _, state, *_ in checks.frontier._delta_step_cases(0)}
+    visible = {tuple(state.shape) for _, state, *_ in checks.ch16_linear_attention._delta_step_cases(0)}
 
     def memorised(state, key, value, beta, gamma):
         if tuple(state.shape) in visible:

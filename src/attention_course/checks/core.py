@@ -1,5 +1,6 @@
 """What every check shares: CheckFailed, calling the learner's function safely (stubs,
-delegation to the package's own answer, exceptions), comparing, seeded inputs."""
+delegation to the package's own answer, exceptions), comparing, seeded inputs. Its public names
+are the helpers that the chapter modules import."""
 
 import contextlib
 import functools
@@ -143,7 +144,8 @@ def weights_problem(weights, atol=1e-5):
 
 @self_check
 def check_attention_weights(weights, atol=1e-5):
-    """Check that every row of `weights` (..., n_k) is finite, non-negative and sums to 1."""
+    """Check that every row of `weights` (..., n_k) is finite, non-negative and sums to 1.
+    No one exercise's check: the chapter template's example (templates/chapter.ipynb)."""
     problem = weights_problem(weights, atol)
     if problem:
         raise CheckFailed(problem)

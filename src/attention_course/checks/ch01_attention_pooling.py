@@ -1,21 +1,14 @@
-"""Checks of Part I (chapters 1-2): kernel regression and its weights."""
+"""Checks of chapter 1's exercises: Gaussian Nadaraya–Watson regression, the weights of a named
+kernel, and the leave-one-out error. Chapter 2's checks reuse its cases, hints and forbidden
+answers (`regression_cases`, `kernel_underflow`, `REGRESSION_ANSWERS`)."""
 
 import torch
 
 from .. import pooling
-from .core import (
-    CheckFailed,
-    passed,
-    self_check,
-    run,
-    weights_problem,
-    compare,
-    generator,
-    random,
-)
+from .core import CheckFailed, compare, generator, passed, run, self_check, weights_problem
 
 
-def _regression_cases(seed=0):
+def regression_cases(seed=0):
     """(name, queries, keys, values, bandwidth) inputs for the kernel-regression checks."""
     rng = generator(seed)
     keys = torch.sort(torch.rand(12, generator=rng) * 10).values
@@ -30,7 +23,7 @@ def _regression_cases(seed=0):
     ]
 
 
-def _kernel_underflow(queries, keys, bandwidths):
+def kernel_underflow(queries, keys, bandwidths):
     """index -> why a Gaussian kernel-regression row is NaN, if its kernel values underflow."""
     def explain(index):
         distances = (queries[index[0]] - keys) / bandwidths
@@ -42,7 +35,7 @@ def _kernel_underflow(queries, keys, bandwidths):
     return explain
 
 
-_REGRESSION_ANSWERS = (pooling.nadaraya_watson, pooling.kernel_scores)
+REGRESSION_ANSWERS = (pooling.nadaraya_watson, pooling.kernel_scores)
 
 
 def _require_an_average(fn, queries, keys, bandwidth):
@@ -50,7 +43,7 @@ def _require_an_average(fn, queries, keys, bandwidth):
     that misses it has weights that do not sum to 1 (the commonest slip)."""
     case, level = "every value equal to 2.5", 2.5
     got = run(fn, (queries, keys, torch.full_like(keys, level), bandwidth), case,
-              forbidden=_REGRESSION_ANSWERS)
+              forbidden=REGRESSION_ANSWERS)
     if (isinstance(got, torch.Tensor) and got.shape == queries.shape
             and torch.isfinite(got).all() and not torch.allclose(got, torch.full_like(got, level))):
         shown = ", ".join(f"{value:.4g}" for value in got[:3].tolist())
@@ -61,25 +54,25 @@ def _require_an_average(fn, queries, keys, bandwidth):
 @self_check
 def check_nadaraya_watson(fn, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), values (n_k,), bandwidth) -> predictions (n_q,),
-    Gaussian-kernel Nadaraya–Watson regression."""
-    cases = _regression_cases(seed)
+    Gaussian-kernel Nadaraya–Watson regression. Chapter 1, exercise 1."""
+    cases = regression_cases(seed)
     _require_an_average(fn, *cases[0][1:3], cases[0][4])
     for case, queries, keys, values, bandwidth in cases:
         expected, _ = pooling.nadaraya_watson(queries, keys, values, bandwidth, "gaussian")
-        got = run(fn, (queries, keys, values, bandwidth), case, forbidden=_REGRESSION_ANSWERS)
+        got = run(fn, (queries, keys, values, bandwidth), case, forbidden=REGRESSION_ANSWERS)
         compare(got, expected, case, "predictions",
-                explain_nan=_kernel_underflow(queries, keys, bandwidth))
+                explain_nan=kernel_underflow(queries, keys, bandwidth))
     passed("your Gaussian Nadaraya–Watson regression", len(cases))
 
 
 @self_check
 def check_kernel_weights(fn, kernel, seed=0):
     """Check fn(queries (n_q,), keys (n_k,), bandwidth) -> weights (n_q, n_k) for a named kernel
-    ('gaussian', 'boxcar' or 'epanechnikov')."""
+    ('gaussian', 'boxcar' or 'epanechnikov'). Chapter 1, exercise 2."""
     if kernel not in pooling.KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {sorted(pooling.KERNELS)}")
-    answers = (*_REGRESSION_ANSWERS, pooling.KERNELS[kernel])
-    cases = [c for c in _regression_cases(seed) if kernel == "gaussian" or c[4] >= 0.7]
+    answers = (*REGRESSION_ANSWERS, pooling.KERNELS[kernel])
+    cases = [c for c in regression_cases(seed) if kernel == "gaussian" or c[4] >= 0.7]
     for case, queries, keys, values, bandwidth in cases:
         distance_to_nearest_key = (queries[:, None] - keys[None, :]).abs().min(dim=1).values
         queries = queries[distance_to_nearest_key < bandwidth]  # a compact kernel must reach a key
@@ -89,16 +82,16 @@ def check_kernel_weights(fn, kernel, seed=0):
         if problem and got.shape == expected.shape and torch.isfinite(got).all():
             raise CheckFailed(f"case '{case}': {problem}")
         compare(got, expected, case, "weights",
-                explain_nan=_kernel_underflow(queries, keys, bandwidth))
+                explain_nan=kernel_underflow(queries, keys, bandwidth))
     passed(f"your {kernel} attention-weight matrix", len(cases))
 
 
 @self_check
 def check_leave_one_out(fn, seed=0):
     """Check fn(keys (n,), values (n,), bandwidth) -> leave-one-out mean squared error (a number),
-    Gaussian kernel."""
-    cases = _regression_cases(seed)[:3]
-    answers = (*_REGRESSION_ANSWERS, pooling.leave_one_out_mse, pooling.select_bandwidth)
+    Gaussian kernel. Chapter 1, exercise 3."""
+    cases = regression_cases(seed)[:3]
+    answers = (*REGRESSION_ANSWERS, pooling.leave_one_out_mse, pooling.select_bandwidth)
     for case, _, keys, values, bandwidth in cases:
         expected = pooling.leave_one_out_mse(keys, values, bandwidth)
         got = run(fn, (keys, values, bandwidth), case, forbidden=answers)
@@ -115,61 +108,3 @@ def check_leave_one_out(fn, seed=0):
             raise CheckFailed(f"case '{case}': your error is {got:.5f}, "
                               f"expected {expected:.5f}{hint}")
     passed("your leave-one-out error", len(cases))
-
-
-@self_check
-def check_per_key_weights(fn, seed=0):
-    """Check fn(queries (n_q,), keys (n_k,), bandwidths (n_k,)) -> (n_q, n_k): Gaussian attention
-    weights in which key i has its own bandwidth h_i."""
-    cases = _regression_cases(seed)[:4]
-    for number, (case, queries, keys, values, bandwidth) in enumerate(cases):
-        bandwidths = bandwidth * torch.exp(0.5 * random((len(keys),), seed, number))
-        _, expected = pooling.nadaraya_watson(queries, keys, values, bandwidths)
-        got = run(fn, (queries, keys, bandwidths), case, forbidden=_REGRESSION_ANSWERS)
-        compare(got, expected, case, "weights",
-                explain_nan=_kernel_underflow(queries, keys, bandwidths))
-    passed("your per-key attention weights", len(cases))
-
-
-def _batched_regression_cases(seed=0):
-    """(name, queries (B, n_q), keys (B, n_k), values (B, n_k), bandwidth) inputs."""
-    rng = generator(seed, 500)
-
-    def draw(batch, n_q, n_k):
-        keys = torch.rand(batch, n_k, generator=rng) * 10
-        values = torch.randn(batch, n_k, generator=rng)
-        queries = torch.rand(batch, n_q, generator=rng) * 10
-        return queries, keys, values
-
-    far = draw(3, 4, 6)
-    far[0][1, 2] = 60.0                           # one query far from every key of set 1
-    return [("a batch of 4 data sets, bandwidth 1", *draw(4, 5, 8), 1.0),
-            ("a batch of 2, narrow bandwidth 0.3", *draw(2, 7, 12), 0.3),
-            ("one data set, one query", *draw(1, 1, 9), 0.7),
-            ("a query far from every key", *far, 0.5)]
-
-
-@self_check
-def check_batched_regression(fn, seed=0):
-    """Check fn(queries (B, n_q), keys (B, n_k), values (B, n_k), bandwidth) -> (B, n_q):
-    Gaussian Nadaraya–Watson regression of B independent data sets in one call, data set b
-    answering its own queries from its own keys and values."""
-    cases = _batched_regression_cases(seed)
-    for case, queries, keys, values, bandwidth in cases:
-        expected = torch.stack([                  # an independent loop over the data sets
-            torch.softmax(-((q[:, None] - k[None, :]) / bandwidth) ** 2 / 2, dim=1) @ v
-            for q, k, v in zip(queries.double(), keys.double(), values.double())]).float()
-        got = run(fn, (queries, keys, values, bandwidth), case,
-                  forbidden=_REGRESSION_ANSWERS)
-        if (isinstance(got, torch.Tensor) and got.shape == expected.shape
-                and len(keys) > 1 and torch.isfinite(got).all()):
-            pooled = torch.stack([
-                torch.softmax(-((q[:, None] - keys.flatten()[None, :]) / bandwidth) ** 2
-                              / 2, dim=1) @ values.flatten() for q in queries])
-            if torch.allclose(got, pooled, atol=1e-5):
-                raise CheckFailed(f"case '{case}': your queries attend to the keys of every "
-                                  "data set; data set b must use only keys[b] and values[b]")
-        compare(got, expected, case, "predictions",
-                explain_nan=lambda index: _kernel_underflow(
-                     queries[index[0]], keys[index[0]], bandwidth)((index[1],)))
-    passed("your batched kernel regression", len(cases))
