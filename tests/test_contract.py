@@ -848,7 +848,7 @@ LOADER = ("reads one of the course's files (no tensor input): a missing file rai
 EXEMPT = {
     "attention_course.checks": "checks take the learner's function (any callable) and report "
                                "every failure, theirs or the input's, as CheckFailed "
-                               "(test_checks)",
+                               "(tests/checks)",
     "attention_course.data.RegressionData": "a NamedTuple record of four tensors; "
                                             "make_synthetic_regression fills it",
     "attention_course.costs.AttentionCosts": "a frozen dataclass record of numbers; "

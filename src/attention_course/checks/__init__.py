@@ -15,59 +15,74 @@ that does not sum to one, a value off). While your answer is still the stub (it 
   does not pass: the exercise is to write it.
 - `strict=True` (the graders' test cells): a stub fails like any wrong answer.
 
-The checks live in one module per part of the course (pooling, dot_product, models,
-language_models); every `check_...` is importable from here."""
+The checks live in one module per chapter, named after its notebook (`ch01_attention_pooling`
+... `ch17_sparse_and_hybrid_attention`; chapter 12's exercise 5 has its own,
+`ch12_flash_autograd`), on the shared helpers of `core`. Every `check_...` is importable from
+here, listed below by chapter."""
 
 from .core import CheckFailed, NotAnswered, check_attention_weights, weights_problem
-from .pooling import (
-    check_nadaraya_watson,
-    check_kernel_weights,
-    check_leave_one_out,
-    check_batched_pooling,
-    check_per_key_weights,
-    check_batched_regression,
-)
-from .dot_product import (
-    SIMILARITY_OPTIONS,
-    check_similarity,
-    check_entropy,
-    check_query_jacobian,
-    check_masked_softmax,
-    check_causal_mask,
-    check_temperature_for,
-    check_top_k_attention,
-)
-from .models import (
-    check_context_vector,
-    check_dot_product_step,
-    check_self_attention,
-    check_positional_encoding,
-    check_split_heads,
-    check_mha_parameter_count,
-    check_kv_cache_bytes,
-    check_repeat_kv,
-    check_bidirectional_states,
-)
-from .language_models import (
+
+# chapter 1: Queries, keys, values and attention pooling
+from .ch01_attention_pooling import check_nadaraya_watson, check_kernel_weights, check_leave_one_out
+
+# chapter 2: Learning the kernel
+from .ch02_learning_the_kernel import check_batched_regression, check_per_key_weights
+
+# chapter 3: Attention as soft k-nearest neighbours
+from .ch03_attention_as_soft_knn import check_temperature_for, check_top_k_attention
+
+# chapter 4: Scaled dot-product attention
+from .ch04_scaled_dot_product_attention import check_entropy, check_query_jacobian
+
+# chapter 5: Masking: which keys a query may see
+from .ch05_masking import check_masked_softmax, check_causal_mask
+
+# chapter 6: Attention in encoder–decoder models
+from .ch06_encoder_decoder_attention import check_bidirectional_states, check_dot_product_step
+
+# chapter 7: Self-attention
+from .ch07_self_attention import check_self_attention, check_positional_encoding
+
+# chapter 8: Multi-head attention
+from .ch08_multi_head_attention import check_split_heads, check_mha_parameter_count
+
+# chapter 9: Grouped-query and multi-query attention
+from .ch09_grouped_query_attention import check_repeat_kv, check_kv_cache_bytes
+
+# chapter 10: Rotary position embeddings (RoPE)
+from .ch10_rotary_position_embeddings import (
     check_rotary,
     check_rotary_attention,
     check_llama3_frequencies,
+)
+
+# chapter 11: Decoding with a KV cache
+from .ch11_decoding_with_a_kv_cache import (
     check_sliding_window_mask,
     check_cache_append,
     check_generate_cached,
-    check_online_softmax_update,
-    check_causal_tiles,
-    check_flash_autograd,
-    check_previous_word_targets,
-    check_ablate_head,
-    check_half_split_rows,
-    check_induction_targets,
 )
-from .frontier import (
-    check_absorbed_query,
-    check_latent_cache_bytes,
-    check_linear_recurrence,
-    check_gated_delta_step,
+
+# chapter 12: Online softmax and tiled attention
+from .ch12_tiled_attention import check_online_softmax_update, check_causal_tiles
+
+# chapter 12, exercise 5: FlashAttention-2 as an autograd Function
+from .ch12_flash_autograd import check_flash_autograd
+
+# chapter 13: Inside a pretrained model
+from .ch13_inside_a_pretrained_model import check_previous_word_targets, check_ablate_head
+
+# chapter 14: Inside a real decoder language model
+from .ch14_inside_a_decoder_language_model import check_half_split_rows, check_induction_targets
+
+# chapter 15: Multi-head latent attention
+from .ch15_multi_head_latent_attention import check_absorbed_query, check_latent_cache_bytes
+
+# chapter 16: Linear attention and the gated delta rule
+from .ch16_linear_attention import check_linear_recurrence, check_gated_delta_step
+
+# chapter 17: Sparse and hybrid attention in the models of 2025
+from .ch17_sparse_and_hybrid_attention import (
     check_sink_softmax,
     check_hybrid_cache_bytes,
     check_causal_top_k,

@@ -1,5 +1,6 @@
 """What every check shares: CheckFailed, calling the learner's function safely (stubs,
-delegation to the package's own answer, exceptions), comparing, seeded inputs."""
+delegation to the package's own answer, exceptions), comparing, seeded inputs. Its public names
+are the helpers that the chapter modules import."""
 
 import contextlib
 import functools
@@ -27,11 +28,11 @@ class _Delegated(Exception):
     """Raised when a learner's answer calls one of the package's own answers."""
 
 
-def _passed(what, n_cases):
+def passed(what, n_cases):
     print(f"Correct: {what}.\nAll {n_cases} test cases agree with the reference.")
 
 
-def _self_check(check):
+def self_check(check):
     """A public check: on a stub answer it prints "Not yet answered" and returns, so that a
     notebook runs from top to bottom before the learner has answered, unless `strict`."""
     @functools.wraps(check)
@@ -49,7 +50,7 @@ def _self_check(check):
     return run
 
 
-def _tripwire(name):
+def tripwire(name):
     def tripwire(*args, **kwargs):
         raise _Delegated(name)
     return tripwire
@@ -87,7 +88,7 @@ def _forbidden(fn, references):
         for name, value in list(namespace.items()):
             if id(value) in by_id:
                 patched.append((namespace, name, value))
-                namespace[name] = _tripwire(by_id[id(value)])
+                namespace[name] = tripwire(by_id[id(value)])
     try:
         yield
     finally:
@@ -95,7 +96,7 @@ def _forbidden(fn, references):
             namespace[name] = value
 
 
-def _run(fn, args, case, kwargs=None, forbidden=(), learner=None):
+def run(fn, args, case, kwargs=None, forbidden=(), learner=None):
     """Call the learner's function; turn any exception into a CheckFailed naming the case.
     `learner`: the learner's own function or class, when fn only calls it (torch.autograd.grad
     running a learner's backward): its names are the ones forbidden and reported."""
@@ -141,9 +142,10 @@ def weights_problem(weights, atol=1e-5):
     return None
 
 
-@_self_check
+@self_check
 def check_attention_weights(weights, atol=1e-5):
-    """Check that every row of `weights` (..., n_k) is finite, non-negative and sums to 1."""
+    """Check that every row of `weights` (..., n_k) is finite, non-negative and sums to 1.
+    No one exercise's check: the chapter template's example (templates/chapter.ipynb)."""
     problem = weights_problem(weights, atol)
     if problem:
         raise CheckFailed(problem)
@@ -151,7 +153,7 @@ def check_attention_weights(weights, atol=1e-5):
           "non-negative and sum to 1.")
 
 
-def _compare(got, expected, case, what="output", atol=1e-5, explain_nan=None):
+def compare(got, expected, case, what="output", atol=1e-5, explain_nan=None):
     """Raise CheckFailed unless tensor `got` has `expected`'s shape and values; `explain_nan`
     (index -> str or None) says what produced a NaN or inf at that index."""
     if not isinstance(got, torch.Tensor):
@@ -173,14 +175,14 @@ def _compare(got, expected, case, what="output", atol=1e-5, explain_nan=None):
                           f"{got[index].item():.5f}, expected {expected[index].item():.5f}")
 
 
-def _generator(seed, offset=0):
+def generator(seed, offset=0):
     return torch.Generator().manual_seed(1234 + 1000 * seed + offset)
 
 
-def _random(shape, seed, offset=0):
-    return torch.randn(*shape, generator=_generator(seed, offset))
+def random(shape, seed, offset=0):
+    return torch.randn(*shape, generator=generator(seed, offset))
 
 
-def _integers(seed, count, low, high, offset=0):
+def integers(seed, count, low, high, offset=0):
     """`count` integers drawn uniformly from [low, high)."""
-    return torch.randint(low, high, (count,), generator=_generator(seed, offset)).tolist()
+    return torch.randint(low, high, (count,), generator=generator(seed, offset)).tolist()

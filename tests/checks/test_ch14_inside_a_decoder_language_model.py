@@ -1,0 +1,71 @@
+"""The checks of chapter 14's exercises (the half-split rows of W_Q and W_K, induction targets)
+accept correct answers written independently and name the usual slips."""
+
+import pytest
+import torch
+
+import attention_course
+from attention_course import checks
+from attention_course.checks import CheckFailed
+
+
+def half_split_by_loops(weight, num_heads):
+    """Within each head, GGUF row 2i + p holds the half-split row p * head_dim / 2 + i."""
+    head_dim = weight.shape[0] // num_heads
+    out = torch.empty_like(weight)
+    for head in range(num_heads):
+        for i in range(head_dim // 2):
+            for member in range(2):
+                out[head * head_dim + member * head_dim // 2 + i] = \
+                    weight[head * head_dim + 2 * i + member]
+    return out
+
+
+def test_half_split_rows_check_accepts_a_loop_and_names_the_usual_slips():
+    checks.check_half_split_rows(half_split_by_loops)
+
+    def converter_again(weight, num_heads):
+        rows, columns = weight.shape
+        return (weight.reshape(num_heads, 2, rows // num_heads // 2, columns)
+                .transpose(1, 2).reshape(rows, columns))
+
+    def all_heads_together(weight, num_heads):
+        return half_split_by_loops(weight, 1)
+
+    with pytest.raises(CheckFailed, match="converter's reordering again"):
+        checks.check_half_split_rows(converter_again)
+    with pytest.raises(CheckFailed, match="each head's rows are reordered on their own"):
+        checks.check_half_split_rows(all_heads_together)
+    with pytest.raises(CheckFailed, match="interleaved_to_half_split"):
+        checks.check_half_split_rows(attention_course.pretrained.interleaved_to_half_split)
+
+
+def induction_targets_by_loops(ids):
+    """Key s follows an earlier occurrence of query t's token, by loops."""
+    length = len(ids)
+    targets = torch.zeros(length, length, dtype=torch.bool)
+    for t in range(length):
+        for s in range(1, t + 1):
+            targets[t, s] = bool(ids[s - 1] == ids[t])
+    return targets
+
+
+def test_induction_targets_check_accepts_loops_and_names_the_usual_slips():
+    for seed in (0, 1, 2):
+        checks.check_induction_targets(induction_targets_by_loops, seed=seed)
+
+    def duplicate_token(ids):
+        same = ids[None, :] == ids[:, None]
+        return same & torch.ones_like(same).tril(-1)
+
+    def not_causal(ids):
+        targets = torch.zeros(len(ids), len(ids), dtype=torch.bool)
+        targets[:, 1:] = ids[None, :-1] == ids[:, None]
+        return targets
+
+    with pytest.raises(CheckFailed, match="duplicate-token"):
+        checks.check_induction_targets(duplicate_token)
+    with pytest.raises(CheckFailed, match="after its query"):
+        checks.check_induction_targets(not_causal)
+    with pytest.raises(CheckFailed, match="bool"):
+        checks.check_induction_targets(lambda ids: induction_targets_by_loops(ids).int())
