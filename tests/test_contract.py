@@ -17,6 +17,7 @@ import dataclasses
 import importlib
 import inspect
 import math
+import pathlib
 import pkgutil
 import re
 import sys
@@ -1098,10 +1099,12 @@ def test_nan_is_not_checked_inside_tensors():
     assert torch.isnan(predictions).tolist() == [False, True, False]
 
 
-def test_the_contract_is_documented_in_the_packages_docstring():
+def test_the_contract_is_documented_beside_the_package():
+    contract = (pathlib.Path(ac.__file__).with_name("CONTRACT.md")).read_text()
     for phrase in ("TypeError naming the argument", "ValueError naming the argument",
                    "Fully masked rows", "NaN and infinities inside tensors are not checked"):
-        assert phrase in ac.__doc__, phrase
+        assert phrase in contract, phrase
+    assert "CONTRACT.md" in ac.__doc__
 
 
 

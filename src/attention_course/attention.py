@@ -1,7 +1,6 @@
 """Attention functions and layers: scaled dot-product attention (chapters 4–5) and additive
 attention (chapter 3)."""
 
-import math
 
 import torch
 from torch import nn
@@ -81,7 +80,8 @@ class AdditiveAttention(nn.Module):
         self._check_inputs(queries=queries, keys=keys)
         if queries.shape[-1] != self.W_q.in_features or keys.shape[-1] != self.W_k.in_features:
             raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} must end in "
-                             f"query_size={self.W_q.in_features} and key_size={self.W_k.in_features}")
+                             f"query_size={self.W_q.in_features} and "
+                             f"key_size={self.W_k.in_features}")
         if queries.shape[0] != keys.shape[0]:
             raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} disagree on "
                              "the batch size")

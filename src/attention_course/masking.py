@@ -12,11 +12,10 @@ from . import _kernels
 from ._shapes import (
     HALF_PRECISION,
     broadcast_shape,
-    check_window,
-    require_integer,
     require_float,
     require_floating_dtype,
     require_int,
+    require_integer,
     require_rank,
     require_tensor,
     shape_of,

@@ -5,7 +5,6 @@ import torch
 from torch import nn
 
 from . import _kernels
-from .config import DecoderConfig
 from ._shapes import (
     check_attn_mask,
     check_grouped,
@@ -17,6 +16,7 @@ from ._shapes import (
     require_rank,
     shape_of,
 )
+from .config import DecoderConfig
 
 
 def split_heads(x, num_heads):

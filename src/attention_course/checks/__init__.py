@@ -20,10 +20,8 @@ The checks live in one module per chapter, named after its notebook (`ch01_atten
 `ch12_flash_autograd`), on the shared helpers of `core`. Every `check_...` is importable from
 here, listed below by chapter."""
 
-from .core import CheckFailed, NotAnswered, check_attention_weights, weights_problem
-
 # chapter 1: Queries, keys, values and attention pooling
-from .ch01_attention_pooling import check_nadaraya_watson, check_kernel_weights, check_leave_one_out
+from .ch01_attention_pooling import check_kernel_weights, check_leave_one_out, check_nadaraya_watson
 
 # chapter 2: Learning the kernel
 from .ch02_learning_the_kernel import check_batched_regression, check_per_key_weights
@@ -35,42 +33,42 @@ from .ch03_attention_as_soft_knn import check_temperature_for, check_top_k_atten
 from .ch04_scaled_dot_product_attention import check_entropy, check_query_jacobian
 
 # chapter 5: Masking: which keys a query may see
-from .ch05_masking import check_masked_softmax, check_causal_mask
+from .ch05_masking import check_causal_mask, check_masked_softmax
 
 # chapter 6: Attention in encoder–decoder models
 from .ch06_encoder_decoder_attention import check_bidirectional_states, check_dot_product_step
 
 # chapter 7: Self-attention
-from .ch07_self_attention import check_self_attention, check_positional_encoding
+from .ch07_self_attention import check_positional_encoding, check_self_attention
 
 # chapter 8: Multi-head attention
-from .ch08_multi_head_attention import check_split_heads, check_mha_parameter_count
+from .ch08_multi_head_attention import check_mha_parameter_count, check_split_heads
 
 # chapter 9: Grouped-query and multi-query attention
-from .ch09_grouped_query_attention import check_repeat_kv, check_kv_cache_bytes
+from .ch09_grouped_query_attention import check_kv_cache_bytes, check_repeat_kv
 
 # chapter 10: Rotary position embeddings (RoPE)
 from .ch10_rotary_position_embeddings import (
+    check_llama3_frequencies,
     check_rotary,
     check_rotary_attention,
-    check_llama3_frequencies,
 )
 
 # chapter 11: Decoding with a KV cache
 from .ch11_decoding_with_a_kv_cache import (
-    check_sliding_window_mask,
     check_cache_append,
     check_generate_cached,
+    check_sliding_window_mask,
 )
-
-# chapter 12: Online softmax and tiled attention
-from .ch12_tiled_attention import check_online_softmax_update, check_causal_tiles
 
 # chapter 12, exercise 5: FlashAttention-2 as an autograd Function
 from .ch12_flash_autograd import check_flash_autograd
 
+# chapter 12: Online softmax and tiled attention
+from .ch12_tiled_attention import check_causal_tiles, check_online_softmax_update
+
 # chapter 13: Inside a pretrained model
-from .ch13_inside_a_pretrained_model import check_previous_word_targets, check_ablate_head
+from .ch13_inside_a_pretrained_model import check_ablate_head, check_previous_word_targets
 
 # chapter 14: Inside a real decoder language model
 from .ch14_inside_a_decoder_language_model import check_half_split_rows, check_induction_targets
@@ -79,11 +77,12 @@ from .ch14_inside_a_decoder_language_model import check_half_split_rows, check_i
 from .ch15_multi_head_latent_attention import check_absorbed_query, check_latent_cache_bytes
 
 # chapter 16: Linear attention and the gated delta rule
-from .ch16_linear_attention import check_linear_recurrence, check_gated_delta_step
+from .ch16_linear_attention import check_gated_delta_step, check_linear_recurrence
 
 # chapter 17: Sparse and hybrid attention in the models of 2025
 from .ch17_sparse_and_hybrid_attention import (
-    check_sink_softmax,
-    check_hybrid_cache_bytes,
     check_causal_top_k,
+    check_hybrid_cache_bytes,
+    check_sink_softmax,
 )
+from .core import CheckFailed, NotAnswered, check_attention_weights, weights_problem

@@ -4,8 +4,8 @@ regression of a batch of data sets in one call (on chapter 1's cases and hints).
 import torch
 
 from .. import pooling
-from .core import CheckFailed, compare, generator, passed, random, run, self_check
 from .ch01_attention_pooling import REGRESSION_ANSWERS, kernel_underflow, regression_cases
+from .core import CheckFailed, compare, generator, passed, random, run, self_check
 
 
 @self_check

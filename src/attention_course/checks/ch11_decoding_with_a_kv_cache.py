@@ -9,8 +9,17 @@ import math
 import torch
 
 from .. import decoding, masking, rotary
-from .core import (CheckFailed, compare, generator, integers, passed, random, run, self_check,
-                   tripwire)
+from .core import (
+    CheckFailed,
+    compare,
+    generator,
+    integers,
+    passed,
+    random,
+    run,
+    self_check,
+    tripwire,
+)
 
 
 def _window_cases(seed):

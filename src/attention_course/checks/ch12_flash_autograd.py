@@ -12,7 +12,6 @@ import torch
 from .. import measure, tiled
 from .core import CheckFailed, NotAnswered, compare, integers, passed, random, run, self_check
 
-
 _FlashCase = collections.namedtuple(
     "_FlashCase", "name batch n_queries n_keys dim value_dim query_block "
     "key_block is_causal dtype magnitude")
