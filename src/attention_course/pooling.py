@@ -218,8 +218,7 @@ def _bandwidth_candidates(bandwidths):
             isinstance(h, numbers.Real) and not isinstance(h, bool) for h in bandwidths):
         raise TypeError(f"bandwidths must be a 1-D tensor or a sequence of numbers, got "
                         f"{bandwidths!r}")
-    candidates = torch.as_tensor(bandwidths, dtype=torch.float64)
-    require_rank("bandwidths", candidates, 1)
+    candidates = torch.as_tensor(bandwidths, dtype=torch.float64)  # 1-D: checked above
     if len(candidates) == 0 or not (candidates > 0).all():
         raise ValueError(f"bandwidths must be one or more positive numbers, got "
                          f"{candidates.tolist()}")
