@@ -6,7 +6,8 @@ Notable:
   by `config.model_type`; the package does not import transformers) and
   returns an `AttentionCosts` record, layer by layer, for five layer kinds:
   full and sliding softmax attention, MLA ("latent"), DeepSeek Sparse
-  Attention ("sparse latent") and gated delta rule layers ("linear");
+  Attention ("sparse latent") and gated delta rule layers ("linear"); each
+  size is checked once, when it is first read from the config;
 - `hybrid_cache_bytes` counts the KV cache of full and sliding-window layers;
 - FLOPs count the attention core of one new token (2 per multiply-add),
   projections excluded. Every term and convention, with its source:
@@ -16,7 +17,6 @@ Notable:
 import dataclasses
 
 from ._shapes import require_int, type_name
-from .latent import latent_cache_bytes
 from .multihead import kv_cache_bytes
 
 LAYER_KINDS = ("full", "sliding", "latent", "sparse latent", "linear")
@@ -53,14 +53,11 @@ def hybrid_cache_bytes(*, layer_types, seq_len, window, num_kv_heads, head_dim,
     `config.layer_types` ("full_attention", "sliding_attention"): a full layer
     holds seq_len tokens, a sliding one min(seq_len, window); each token a key
     and a value of num_kv_heads * head_dim numbers. window may be None when no
-    layer slides."""
+    layer slides. Chapter 17."""
     kinds = _hybrid_kinds(layer_types)
-    sizes = {"seq_len": seq_len, "num_kv_heads": num_kv_heads,
-             "head_dim": head_dim, "batch_size": batch_size,
-             "bytes_per_element": bytes_per_element}
-    for name, value in sizes.items():
-        require_int(name, value, 1,
-                    message=f"{name} must be a positive integer, got {value!r}")
+    # kv_cache_bytes checks the other sizes; it is called once, below
+    require_int("seq_len", seq_len, 1,
+                message=f"seq_len must be a positive integer, got {seq_len!r}")
     if window is None and "sliding" in kinds:
         raise ValueError("window must be a positive integer when layer_types "
                          "has sliding layers, got None")
@@ -95,8 +92,12 @@ def attention_costs(config, seq_len, *, bytes_per_element=2,
                          f"got {mla_path!r}")
     sizes = dict(seq_len=seq_len, b=bytes_per_element,
                  b_state=state_bytes_per_element, mla_path=mla_path)
+    config = _Sizes(config)
     kinds = _layer_kinds(config, model_type)
-    costs = [_LAYER_COSTS[kind](config, **sizes) for kind in kinds]
+    # every layer of one kind costs the same: each kind is counted once
+    per_kind = {kind: _LAYER_COSTS[kind](config, **sizes)
+                for kind in dict.fromkeys(kinds)}
+    costs = [per_kind[kind] for kind in kinds]
     return AttentionCosts(model_type, seq_len, tuple(kinds),
                           tuple(cost[0] for cost in costs),
                           tuple(cost[1] for cost in costs))
@@ -116,11 +117,23 @@ def _model_type(config):
     return model_type
 
 
-def _size(config, name):
-    """config.<name>, a positive integer."""
-    value = getattr(config, name, None)
-    require_int(f"config.{name}", value, 1)
-    return value
+class _Sizes:
+    """A config whose sizes are checked (positive integers) the first time
+    they are read: sizes("head_dim") is config.head_dim; other attributes
+    read through."""
+
+    def __init__(self, config):
+        self.config, self.checked = config, {}
+
+    def __call__(self, name):
+        if name not in self.checked:
+            value = getattr(self.config, name, None)
+            require_int(f"config.{name}", value, 1)
+            self.checked[name] = value
+        return self.checked[name]
+
+    def __getattr__(self, name):
+        return getattr(self.config, name)
 
 
 def _hybrid_kinds(layer_types, name="layer_types"):
@@ -149,7 +162,7 @@ _HYBRIDS = {"qwen3_next": {"linear_attention": "linear",
 
 
 def _layer_kinds(config, model_type):
-    layers = _size(config, "num_hidden_layers")
+    layers = config("num_hidden_layers")
     if model_type == "deepseek_v3":
         return ["latent"] * layers
     if model_type == "deepseek_v32":
@@ -179,17 +192,16 @@ def _layer_kinds(config, model_type):
 
 def _head_dim(config):
     if getattr(config, "head_dim", None) is None:       # older Llama configs
-        return _size(config, "hidden_size") // _size(config,
-                                                     "num_attention_heads")
-    return _size(config, "head_dim")
+        return config("hidden_size") // config("num_attention_heads")
+    return config("head_dim")
 
 
 def _softmax_layer(config, keys, b):
     """(bytes, FLOPs) of a GQA layer holding and reading `keys` tokens."""
-    heads, head_dim = _size(config, "num_attention_heads"), _head_dim(config)
-    cache = kv_cache_bytes(batch_size=1, seq_len=keys, num_layers=1,
-                           num_kv_heads=_size(config, "num_key_value_heads"),
-                           head_dim=head_dim, bytes_per_element=b)
+    heads, head_dim = config("num_attention_heads"), _head_dim(config)
+    # a key and a value of H_kv * d_h numbers for each of `keys` tokens
+    cache = 2 * keys * config("num_key_value_heads") * head_dim * b
+    # scores q . k and the weighted sum of values: a multiply-add per number
     return cache, 2 * keys * heads * (head_dim + head_dim)
 
 
@@ -198,36 +210,32 @@ def _full(config, *, seq_len, b, **_):
 
 
 def _sliding(config, *, seq_len, b, **_):
-    window = getattr(config, "sliding_window", None)
-    require_int("config.sliding_window", window, 1)
-    return _softmax_layer(config, min(seq_len, window), b)
+    return _softmax_layer(config, min(seq_len, config("sliding_window")), b)
 
 
 def _mla_flops(config, keys, mla_path):
     """FLOPs of one MLA query reading `keys` latents, on `mla_path`."""
-    heads = _size(config, "num_attention_heads")
-    d_c, d_r = _size(config, "kv_lora_rank"), _size(config, "qk_rope_head_dim")
+    heads = config("num_attention_heads")
+    d_c, d_r = config("kv_lora_rank"), config("qk_rope_head_dim")
     if mla_path == "absorbed":
         return 2 * keys * heads * ((d_c + d_r) + d_c)
-    d_h, d_v = _size(config, "qk_nope_head_dim"), _size(config, "v_head_dim")
+    d_h, d_v = config("qk_nope_head_dim"), config("v_head_dim")
     expand = 2 * keys * d_c * heads * (d_h + d_v)
     return expand + 2 * keys * heads * ((d_h + d_r) + d_v)
 
 
 def _latent(config, *, seq_len, b, mla_path, **_):
-    cache = latent_cache_bytes(batch_size=1, seq_len=seq_len, num_layers=1,
-                               kv_rank=_size(config, "kv_lora_rank"),
-                               rope_dim=_size(config, "qk_rope_head_dim"),
-                               bytes_per_element=b)
+    # each token: its latent (d_c numbers) and its shared RoPE key (d_r)
+    cache = (config("kv_lora_rank") + config("qk_rope_head_dim")) * seq_len * b
     return cache, _mla_flops(config, seq_len, mla_path)
 
 
 def _sparse_latent(config, *, seq_len, b, mla_path, **_):
     latent_bytes, _ = _latent(config, seq_len=seq_len, b=b, mla_path=mla_path)
-    index_heads = _size(config, "index_n_heads")
-    index_dim = _size(config, "index_head_dim")
+    index_heads = config("index_n_heads")
+    index_dim = config("index_head_dim")
     indexer = 2 * seq_len * index_heads * index_dim + 2 * seq_len * index_heads
-    selected = min(_size(config, "index_topk"), seq_len)
+    selected = min(config("index_topk"), seq_len)
     return (latent_bytes + seq_len * index_dim * b,
             indexer + _mla_flops(config, selected, mla_path))
 
@@ -235,19 +243,18 @@ def _sparse_latent(config, *, seq_len, b, mla_path, **_):
 def _linear_shapes(config):
     """(heads, d_k, d_v, convolution channels) of a linear layer."""
     if config.model_type == "kimi_linear":
-        heads, dim = _size(config, "linear_num_heads"), _size(
-            config, "linear_head_dim")
+        heads, dim = config("linear_num_heads"), config("linear_head_dim")
         return heads, dim, dim, 3 * heads * dim
-    heads = _size(config, "linear_num_value_heads")
-    d_k = _size(config, "linear_key_head_dim")
-    d_v = _size(config, "linear_value_head_dim")
-    channels = 2 * _size(config, "linear_num_key_heads") * d_k + heads * d_v
+    heads = config("linear_num_value_heads")
+    d_k = config("linear_key_head_dim")
+    d_v = config("linear_value_head_dim")
+    channels = 2 * config("linear_num_key_heads") * d_k + heads * d_v
     return heads, d_k, d_v, channels
 
 
 def _linear(config, *, b, b_state, **_):
     heads, d_k, d_v, channels = _linear_shapes(config)
-    window = _size(config, "linear_conv_kernel_dim") * channels
+    window = config("linear_conv_kernel_dim") * channels
     per_head = (d_k * d_v            # decay: S <- gamma S
                 + 2 * d_k * d_v      # state read: S^T k
                 + 2 * d_v            # delta correction: beta (v - S^T k)

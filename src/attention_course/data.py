@@ -1,4 +1,10 @@
-"""Data for the course: the real data sets in `data/` (checksum-verified) and seeded synthetic data."""
+"""Data for the course: the real data sets in `data/` and seeded synthetic data.
+
+Notable: every file is checked against its recorded SHA-256 before it is read (its source
+and licence: data/README.md); the synthetic regression problem (chapter 1) draws from its own
+generator, so the global random state is untouched. Chapter 1 loads `mcycle`; each loader
+names the chapter that reads its file.
+"""
 
 import csv
 import hashlib
@@ -32,6 +38,7 @@ def data_dir():
 
     `COURSE_DATA_DIR` wins when set; otherwise the package's own `data/`, which is the
     checkout's top-level `data/` (a link to it in a checkout, a copy in an installed wheel).
+    Chapter 1.
     """
     if os.environ.get("COURSE_DATA_DIR"):
         return pathlib.Path(os.environ["COURSE_DATA_DIR"])
@@ -56,6 +63,7 @@ def load_mcycle(path=None):
 
     `times` is the time after impact in milliseconds, `accel` the head acceleration in g.
     The file's checksum is verified first (see data/README.md for its source and licence).
+    Chapter 1.
     """
     path = pathlib.Path(path) if path else data_dir() / "mcycle.csv"
     rows = list(csv.DictReader(_verified_bytes(path, MCYCLE_SHA256).decode().splitlines()))
@@ -67,7 +75,7 @@ def load_mcycle(path=None):
 def load_minilm_reference(path=None):
     """Sentence-transformers' own all-MiniLM-L6-v2 embeddings of three
     sentences (chapter 13's reference): returns (sentences, a float32 tensor
-    (3, 384)). Checksum-verified; scripts/minilm_reference.py wrote it."""
+    (3, 384)). Checksum-verified; scripts/minilm_reference.py wrote it. Chapter 13."""
     path = pathlib.Path(path) if path else data_dir() / "minilm_reference.json"
     record = json.loads(_verified_bytes(path, MINILM_REFERENCE_SHA256))
     return record["sentences"], torch.tensor(record["embeddings"])
@@ -78,7 +86,7 @@ def load_smollm2_reference(path=None):
     reference): a list of dicts, one per prompt, with its "text", token "ids",
     the ten largest last-position logits ("top_ids", "top_logits") and 24
     greedy tokens ("greedy"). Checksum-verified; scripts/smollm2_reference.py
-    wrote it."""
+    wrote it. Chapter 14."""
     path = pathlib.Path(path) if path else data_dir() / "smollm2_reference.json"
     return json.loads(_verified_bytes(path, SMOLLM2_REFERENCE_SHA256))["prompts"]
 
@@ -92,7 +100,7 @@ def load_deepseek_reference(path=None):
     "cached_latents" and "cached_rope_keys" (tensors), the attention sizes of
     DeepseekV3Config's and DeepseekV2Config's defaults and the parameters of
     DeepseekV3Attention at the former. Checksum-verified;
-    scripts/deepseek_reference.py wrote it."""
+    scripts/deepseek_reference.py wrote it. Chapter 15."""
     path = pathlib.Path(path) if path else data_dir() / "deepseek_v3_mla_reference.json"
     record = json.loads(_verified_bytes(path, DEEPSEEK_REFERENCE_SHA256))
     record["weights"] = {name: torch.tensor(value, dtype=torch.float64)
@@ -106,7 +114,7 @@ def load_seq2seq_long_training(path=None):
     """Chapter 6's encoder-decoders trained eight times longer: a dict with "steps", "seeds",
     "lengths" and, for "no attention" and "attention", the test accuracies "per_token" and
     "per_sequence" as [seed][length] lists. Checksum-verified;
-    scripts/seq2seq_long_training.py wrote it from the chapter's own code."""
+    scripts/seq2seq_long_training.py wrote it from the chapter's own code. Chapter 6."""
     path = pathlib.Path(path) if path else data_dir() / "seq2seq_long_training.json"
     return json.loads(_verified_bytes(path, SEQ2SEQ_LONG_TRAINING_SHA256))
 
@@ -114,14 +122,14 @@ def load_seq2seq_long_training(path=None):
 def load_execution_model(path=None):
     """"Execution model", a section of the Python Language Reference (CPython
     3.11's pydoc topic "execmodel", PSF License), 9,527 characters: the long
-    real text chapter 14 streams through a language model. Checksum-verified."""
+    real text chapter 14 streams through a language model. Checksum-verified. Chapter 10."""
     path = pathlib.Path(path) if path else data_dir() / "execution_model.txt"
     return _verified_bytes(path, EXECUTION_MODEL_SHA256).decode()
 
 
 def load_zen_of_python(path=None):
     """The Zen of Python by Tim Peters (CPython's `this` module), 856 characters:
-    the short text chapter 11's decoder trains on. Checksum-verified."""
+    the short text chapter 11's decoder trains on. Checksum-verified. Chapter 11."""
     path = pathlib.Path(path) if path else data_dir() / "zen_of_python.txt"
     return _verified_bytes(path, ZEN_SHA256).decode()
 
@@ -129,7 +137,8 @@ def load_zen_of_python(path=None):
 def target_function(x):
     """The course's test function f(x) = 2 sin x + 0.4 sin 3x + 0.6 sin 6x + sqrt(x), for x >= 0.
 
-    x: a float tensor of any shape; a negative x raises ValueError (sqrt x would be NaN)."""
+    x: a float tensor of any shape; a negative x raises ValueError (sqrt x would be NaN).
+    Chapter 1."""
     require_float("x", x)
     if (x < 0).any():
         raise ValueError(f"x {shape_of(x)} must be >= 0 (f takes sqrt x), got a minimum of "
@@ -138,7 +147,8 @@ def target_function(x):
 
 
 class RegressionData(NamedTuple):
-    """Noisy training pairs and a clean test grid: x_train, y_train (n_train,); x_test, y_test (n_test,)."""
+    """Noisy training pairs and a clean test grid: x_train, y_train (n_train,); x_test, y_test (n_test,).
+    Chapter 1."""
 
     x_train: torch.Tensor
     y_train: torch.Tensor
@@ -152,6 +162,7 @@ def make_synthetic_regression(n_train=100, n_test=201, x_max=10.0, noise_std=0.5
 
     x_train: n_train sorted uniform draws on [0, x_max]; y_train = f(x_train) + N(0, noise_std^2)
     noise; x_test: n_test evenly spaced points on [0, x_max]; y_test = f(x_test) without noise.
+    Chapter 1.
     """
     for name, size in (("n_train", n_train), ("n_test", n_test)):
         require_int(name, size, 1, message=f"{name} must be positive, got {size!r}")
@@ -170,6 +181,7 @@ def split_data(x, y, held_out_fraction=0.25, seed=0):
     """Randomly split paired data x (n,), y (n,) into (x_fit, y_fit, x_held, y_held).
 
     The held-out part has round(n * held_out_fraction) points; both parts keep x's order.
+    Chapter 2.
     """
     require_tensor("x", x)
     require_tensor("y", y)

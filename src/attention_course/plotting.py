@@ -1,7 +1,9 @@
-"""Figures shared by the chapters: attention heatmaps and regression curves.
+"""Figures shared by the chapters: attention heatmaps and regression curves (chapter 1
+onwards).
 
-Colours are colour-blind safe: heatmaps use `viridis`, curves the Okabe–Ito palette.
-Every function returns the matplotlib Figure (or Axes) so a notebook can add to it.
+Colours are colour-blind safe: heatmaps use `viridis`, curves the Okabe–Ito palette, with
+line styles that keep curves apart in grey. Every function returns the matplotlib Figure (or
+Axes) so a notebook can add to it; inputs may be tensors, arrays or nested lists.
 """
 
 import matplotlib.pyplot as plt
@@ -51,6 +53,7 @@ def plot_attention(weights, xlabel="keys", ylabel="queries", titles=None, extent
     keys' and queries' own coordinates instead of their indices. The colour scale runs from 0 to
     `vmax`: 1 by default, since weights are probabilities, so maps of different figures compare;
     `vmax=None` stretches it to the largest weight shown.
+    Chapter 1.
     """
     grid = _as_grid(_as_tensor("weights", weights))
     rows, cols = grid.shape[:2]
@@ -78,6 +81,7 @@ def plot_regression(x_train, y_train, x_test, predictions, truth=None, ax=None,
 
     x_train, y_train: (n_train,); x_test: (n_test,); predictions: {label: (n_test,)};
     truth: (n_test,) or None. Returns the Axes.
+    Chapter 1.
     """
     if not isinstance(predictions, dict):
         raise TypeError(f"predictions must be a dict {{label: (n_test,) curve}}, got "
@@ -116,7 +120,7 @@ def plot_attention_schematic(weights, key_labels=None, value_labels=None, query_
     """One query attending to n key–value pairs: a line from the query to each key, as thick as
     its weight alpha_i, each key beside its value, and the output sum_i alpha_i v_i. weights (n,),
     non-negative and summing to 1; `first`: the index of the first pair in the labels (1, or 0
-    to match Python's). Returns the Axes."""
+    to match Python's). Returns the Axes. Chapter 1."""
     weights = _as_tensor("weights", weights)
     require_rank("weights", weights, (1,))
     if (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:

