@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from attention_course import (
+    SIMILARITIES,
     AdditiveAttention,
     GroupedQueryAttention,
     KernelRegression,
     MultiHeadAttention,
-    SIMILARITIES,
     TinyDecoder,
     apply_rotary,
     attention_entropy,

@@ -11,7 +11,13 @@ import sys
 import pytest
 import torch
 
-from attention_course import load_mcycle, load_zen_of_python, make_synthetic_regression, split_data, target_function
+from attention_course import (
+    load_mcycle,
+    load_zen_of_python,
+    make_synthetic_regression,
+    split_data,
+    target_function,
+)
 from attention_course.data import MCYCLE_SHA256, data_dir
 
 
@@ -123,7 +129,7 @@ def test_split_data_partitions_and_is_seeded():
     y = 2 * x
     x_fit, y_fit, x_held, y_held = split_data(x, y, held_out_fraction=0.25, seed=3)
     assert len(x_held) == 5 and len(x_fit) == 15
-    assert sorted((x_fit.tolist() + x_held.tolist())) == x.tolist()   # a partition
+    assert sorted(x_fit.tolist() + x_held.tolist()) == x.tolist()   # a partition
     assert torch.equal(y_fit, 2 * x_fit) and torch.equal(y_held, 2 * x_held)  # pairs kept
     assert bool((x_fit[1:] > x_fit[:-1]).all())                          # order kept
     again = split_data(x, y, held_out_fraction=0.25, seed=3)
@@ -182,9 +188,9 @@ def test_smollm2_reference_is_checksum_verified(tmp_path):
 def test_execution_model_is_the_python_reference_section():
     """The text is CPython 3.11's pydoc topic "execmodel" (the pinned Python's own copy)."""
     import sys
+    from pydoc_data.topics import topics
 
     from attention_course.data import load_execution_model
-    from pydoc_data.topics import topics
 
     text = load_execution_model()
     assert text.startswith("Execution model\n") and len(text) == 9527

@@ -9,16 +9,17 @@ import torch
 import torch.nn.functional as F
 
 from attention_course import (
+    SIMILARITIES,
     AdditiveAttention,
     DeepSeekSparseAttention,
     GroupedQueryAttention,
     KernelRegression,
     LightningIndexer,
     MultiHeadAttention,
-    SIMILARITIES,
     apply_rotary,
     attention_entropy,
     causal_mask,
+    decoding_mask,
     flash_attention,
     kernel_scores,
     masked_softmax,
@@ -26,7 +27,6 @@ from attention_course import (
     plot_attention,
     plot_attention_schematic,
     plot_regression,
-    decoding_mask,
     scaled_dot_product_attention,
     sink_attention,
     sink_softmax,

@@ -49,10 +49,9 @@ import math
 import pytest
 import torch
 
-from attention_course import (LatentCache, MultiHeadLatentAttention, data, latent_cache_bytes)
+from attention_course import LatentCache, MultiHeadLatentAttention, data, latent_cache_bytes
 from helpers.mla_reference import mla_by_loops
 from tools.data import deepseek_reference as reference
-
 
 pytest.importorskip("transformers")
 

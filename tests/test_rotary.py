@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 
-from attention_course import (apply_rotary, rotary_attention_factor,
-                              rotary_frequencies)
+from attention_course import apply_rotary, rotary_attention_factor, rotary_frequencies
 from helpers.rotary_reference import rotate_by_matrices
 
 

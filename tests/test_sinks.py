@@ -11,8 +11,12 @@ import types
 import pytest
 import torch
 
-from attention_course import (decoding_mask, scaled_dot_product_attention, sink_attention,
-                              sink_softmax)
+from attention_course import (
+    decoding_mask,
+    scaled_dot_product_attention,
+    sink_attention,
+    sink_softmax,
+)
 from attention_course.multihead import merge_heads, split_heads
 from attention_course.rotary import apply_rotary
 

@@ -74,8 +74,13 @@ import math
 import pytest
 import torch
 
-from attention_course import (DeepSeekSparseAttention, LatentCache, LightningIndexer,
-                              MultiHeadLatentAttention, top_k_mask)
+from attention_course import (
+    DeepSeekSparseAttention,
+    LatentCache,
+    LightningIndexer,
+    MultiHeadLatentAttention,
+    top_k_mask,
+)
 from helpers.mla_reference import mla_by_loops
 from helpers.rotary_reference import rotation_matrix
 from tools.data import deepseek_reference as reference

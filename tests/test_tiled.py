@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention_course.tiled import flash_attention, naive_attention, tile_schedule
+from attention_course.tiled import flash_attention, tile_schedule
 
 
 def random(*shape, seed=0, dtype=torch.float64):

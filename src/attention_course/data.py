@@ -147,7 +147,8 @@ def target_function(x):
 
 
 class RegressionData(NamedTuple):
-    """Noisy training pairs and a clean test grid: x_train, y_train (n_train,); x_test, y_test (n_test,).
+    """Noisy training pairs and a clean test grid: x_train, y_train (n_train,); x_test,
+    y_test (n_test,).
     Chapter 1."""
 
     x_train: torch.Tensor
@@ -174,7 +175,8 @@ def make_synthetic_regression(n_train=100, n_test=201, x_max=10.0, noise_std=0.5
     x_train = torch.sort(torch.rand(n_train, generator=generator) * x_max).values
     noise = torch.randn(n_train, generator=generator) * noise_std
     x_test = torch.linspace(0, x_max, n_test)
-    return RegressionData(x_train, target_function(x_train) + noise, x_test, target_function(x_test))
+    return RegressionData(x_train, target_function(x_train) + noise, x_test,
+                          target_function(x_test))
 
 
 def split_data(x, y, held_out_fraction=0.25, seed=0):

@@ -12,7 +12,8 @@ import torch
 from ._shapes import require_rank, shape_of, type_name
 
 OKABE_ITO = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
-LINE_STYLES = ["-", "-.", ":", (0, (5, 1)), "-", "-.", ":", (0, (5, 1))]  # curves stay apart in grey
+# line styles, so that curves stay apart in grey
+LINE_STYLES = ["-", "-.", ":", (0, (5, 1)), "-", "-.", ":", (0, (5, 1))]
 
 
 def _as_tensor(name, values):

@@ -3,11 +3,10 @@ error) accept correct answers written independently and reject wrong ones clearl
 
 import pytest
 import torch
+from learner_answers import HIDDEN_SEEDS, learner_nw, stub
 
 from attention_course import checks, nadaraya_watson
 from attention_course.checks import CheckFailed
-
-from learner_answers import HIDDEN_SEEDS, learner_nw, stub
 
 
 def naive_nw(queries, keys, values, bandwidth):

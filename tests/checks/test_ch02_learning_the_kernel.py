@@ -3,11 +3,10 @@ correct answers written independently and reject wrong ones clearly."""
 
 import pytest
 import torch
+from learner_answers import HIDDEN_SEEDS, learner_nw
 
 from attention_course import checks, nadaraya_watson
 from attention_course.checks import CheckFailed
-
-from learner_answers import HIDDEN_SEEDS, learner_nw
 
 
 def test_chapter_2_checks_accept_independent_answers(capsys):

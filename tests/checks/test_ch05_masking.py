@@ -3,11 +3,10 @@ written independently and reject wrong ones clearly."""
 
 import pytest
 import torch
+from learner_answers import HIDDEN_SEEDS
 
 from attention_course import checks
 from attention_course.checks import CheckFailed
-
-from learner_answers import HIDDEN_SEEDS
 
 
 def test_chapter_5_checks_accept_independent_answers(capsys):

@@ -4,11 +4,10 @@ slips."""
 
 import pytest
 import torch
+from learner_answers import HIDDEN_SEEDS
 
 from attention_course import checks
 from attention_course.checks import CheckFailed
-
-from learner_answers import HIDDEN_SEEDS
 
 
 def context_by_loops(scores, values, valid_lens):

@@ -5,11 +5,10 @@ import math
 
 import pytest
 import torch
+from learner_answers import HIDDEN_SEEDS
 
 from attention_course import checks
 from attention_course.checks import CheckFailed
-
-from learner_answers import HIDDEN_SEEDS
 
 
 def encoding_by_loops(n, d):

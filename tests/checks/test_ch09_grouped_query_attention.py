@@ -4,11 +4,10 @@ answers written independently and reject wrong ones clearly."""
 import math
 
 import pytest
+from learner_answers import HIDDEN_SEEDS
 
 from attention_course import checks
 from attention_course.checks import CheckFailed
-
-from learner_answers import HIDDEN_SEEDS
 
 
 def test_chapter_9_checks_accept_independent_answers(capsys):

@@ -3,12 +3,11 @@ wired by hand) accept correct answers written independently and name the usual m
 
 import pytest
 import torch
+from learner_answers import HIDDEN_SEEDS
 
 import attention_course
-from attention_course import apply_rotary, checks, KVCache
+from attention_course import KVCache, apply_rotary, checks
 from attention_course.checks import CheckFailed
-
-from learner_answers import HIDDEN_SEEDS
 from helpers.rotary_reference import rotation_matrix
 
 

@@ -5,12 +5,11 @@ import math
 
 import pytest
 import torch
+from learner_answers import HIDDEN_SEEDS
 
 import attention_course
 from attention_course import checks
 from attention_course.checks import CheckFailed
-
-from learner_answers import HIDDEN_SEEDS
 
 
 def flash_by_key_blocks(mistake=None):

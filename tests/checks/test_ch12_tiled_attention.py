@@ -3,12 +3,11 @@ accept correct answers written independently and name the usual mistakes."""
 
 import pytest
 import torch
+from learner_answers import HIDDEN_SEEDS
 
 import attention_course
 from attention_course import checks
 from attention_course.checks import CheckFailed
-
-from learner_answers import HIDDEN_SEEDS
 
 
 def update_by_logaddexp(running_max, running_sum, block):

@@ -5,11 +5,10 @@ import copy
 
 import pytest
 import torch
+from learner_answers import HIDDEN_SEEDS
 
 from attention_course import checks
 from attention_course.checks import CheckFailed
-
-from learner_answers import HIDDEN_SEEDS
 
 
 def previous_word_by_word_spans(word_ids):

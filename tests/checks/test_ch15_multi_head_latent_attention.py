@@ -4,12 +4,11 @@ fail with a hint that names the mistake."""
 
 import pytest
 import torch
+from learner_answers import SEEDS
 
 import attention_course
 from attention_course import checks
 from attention_course.checks import CheckFailed
-
-from learner_answers import SEEDS
 
 
 def absorbed_by_loops(q_content, k_up_weight):

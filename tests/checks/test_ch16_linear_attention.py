@@ -6,12 +6,11 @@ import math
 
 import pytest
 import torch
+from learner_answers import SEEDS
 
 import attention_course
 from attention_course import checks
 from attention_course.checks import CheckFailed
-
-from learner_answers import SEEDS
 
 
 def recurrence_with_a_state(phi_q, phi_k, values):

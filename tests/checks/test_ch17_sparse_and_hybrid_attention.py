@@ -4,12 +4,11 @@ names the mistake."""
 
 import pytest
 import torch
+from learner_answers import SEEDS
 
 import attention_course
 from attention_course import checks
 from attention_course.checks import CheckFailed
-
-from learner_answers import SEEDS
 
 
 def sink_by_an_extra_column(scores, sinks):

@@ -6,14 +6,22 @@ import inspect
 
 import pytest
 import torch
+from learner_answers import learner_nw, stub
 
 import attention_course
-from attention_course import (attention_entropy, causal_mask, checks, cosine_scores,
-                              kv_cache_bytes, leave_one_out_mse, masked_softmax, nadaraya_watson,
-                              SIMILARITIES, sinusoidal_positional_encoding)
+from attention_course import (
+    SIMILARITIES,
+    attention_entropy,
+    causal_mask,
+    checks,
+    cosine_scores,
+    kv_cache_bytes,
+    leave_one_out_mse,
+    masked_softmax,
+    nadaraya_watson,
+    sinusoidal_positional_encoding,
+)
 from attention_course.checks import CheckFailed
-
-from learner_answers import learner_nw, stub
 
 
 def test_a_stub_is_not_yet_answered_and_fails_only_when_strict(capsys):
