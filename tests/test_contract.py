@@ -80,110 +80,174 @@ def optional(bad_values):
     return [bad for bad in bad_values if bad.label != "None"]
 
 
-NOT_A_TENSOR = [Bad("a list", lambda v: v.tolist(), TypeError),
-                Bad("None", constant(None), TypeError),
-                Bad("a string", constant("tensor"), TypeError)]
+NOT_A_TENSOR = [
+    Bad("a list", lambda v: v.tolist(), TypeError),
+    Bad("None", constant(None), TypeError),
+    Bad("a string", constant("tensor"), TypeError),
+]
 TENSOR = NOT_A_TENSOR + [Bad("0-dim", zero_dim, ValueError)]
-ANY_FLOAT = NOT_A_TENSOR + [Bad("int64", lambda v: v.long(), ValueError),
-                            Bad("bool", lambda v: v.bool(), ValueError),
-                            Bad("complex", lambda v: v.to(torch.complex64), ValueError)]
+ANY_FLOAT = NOT_A_TENSOR + [
+    Bad("int64", lambda v: v.long(), ValueError),
+    Bad("bool", lambda v: v.bool(), ValueError),
+    Bad("complex", lambda v: v.to(torch.complex64), ValueError),
+]
 FLOAT = ANY_FLOAT + [Bad("0-dim", zero_dim, ValueError)]
 # floats that must share a dtype with the call's other tensors, or with a layer's weights
 MATCHED = FLOAT + [Bad("another float dtype", other_float, ValueError)]
-INTEGERS = TENSOR + [Bad("float", lambda v: v.float(), ValueError),
-                     Bad("bool", lambda v: v.bool(), ValueError)]
-IDS = INTEGERS + [Bad("uint8", lambda v: v.to(torch.uint8), ValueError),
-                  Bad("too large", lambda v: v + 10**6, ValueError),
-                  Bad("negative", lambda v: v - 10**6, ValueError)]
-LENGTHS = TENSOR + [Bad("bool", lambda v: v.bool(), ValueError),
-                    Bad("fractional", lambda v: v.double() + 0.5, ValueError),
-                    Bad("too large", lambda v: v + 10**6, ValueError),
-                    Bad("negative", lambda v: v - 10**6, ValueError)]
+INTEGERS = TENSOR + [
+    Bad("float", lambda v: v.float(), ValueError),
+    Bad("bool", lambda v: v.bool(), ValueError),
+]
+IDS = INTEGERS + [
+    Bad("uint8", lambda v: v.to(torch.uint8), ValueError),
+    Bad("too large", lambda v: v + 10**6, ValueError),
+    Bad("negative", lambda v: v - 10**6, ValueError),
+]
+LENGTHS = TENSOR + [
+    Bad("bool", lambda v: v.bool(), ValueError),
+    Bad("fractional", lambda v: v.double() + 0.5, ValueError),
+    Bad("too large", lambda v: v + 10**6, ValueError),
+    Bad("negative", lambda v: v - 10**6, ValueError),
+]
 WRONG_SHAPE = Bad("wrong shape", lambda v: torch.ones(7, 9, dtype=torch.bool), ValueError)
 # a bool mask that broadcasts (a 0-dim mask does), or one of a fixed rank
 ALLOWED = NOT_A_TENSOR + [Bad("float", lambda v: v.float(), ValueError), WRONG_SHAPE]
 BOOL_MASK = ALLOWED + [Bad("0-dim", zero_dim, ValueError)]
 ATTN_MASK = optional(NOT_A_TENSOR) + [
     Bad("int64", lambda v: torch.ones(v.shape, dtype=torch.long), ValueError),
-    WRONG_SHAPE]
-COUNT = [Bad("a string", constant("2"), TypeError), Bad("a float", constant(2.5), TypeError),
-         Bad("a bool", constant(True), TypeError), Bad("None", constant(None), TypeError),
-         Bad("zero", constant(0), ValueError), Bad("negative", constant(-1), ValueError)]
+    WRONG_SHAPE,
+]
+COUNT = [
+    Bad("a string", constant("2"), TypeError),
+    Bad("a float", constant(2.5), TypeError),
+    Bad("a bool", constant(True), TypeError),
+    Bad("None", constant(None), TypeError),
+    Bad("zero", constant(0), ValueError),
+    Bad("negative", constant(-1), ValueError),
+]
 COUNT_OR_ZERO = [bad for bad in COUNT if bad.label != "zero"]
-DIM = [Bad("a string", constant("-1"), TypeError), Bad("a float", constant(1.0), TypeError),
-       Bad("out of range", constant(7), ValueError)]
+DIM = [
+    Bad("a string", constant("-1"), TypeError),
+    Bad("a float", constant(1.0), TypeError),
+    Bad("out of range", constant(7), ValueError),
+]
 TOKEN = optional(COUNT_OR_ZERO) + [Bad("past the vocabulary", constant(10**6), ValueError)]
 SEED = [Bad("a string", constant("0"), TypeError), Bad("a float", constant(0.5), TypeError)]
-NUMBER = [Bad("a string", constant("1"), TypeError), Bad("None", constant(None), TypeError),
-          Bad("NaN", constant(math.nan), ValueError), Bad("inf", constant(math.inf), ValueError)]
-POSITIVE = [Bad("a string", constant("1"), TypeError), Bad("None", constant(None), TypeError),
-            Bad("zero", constant(0.0), ValueError), Bad("negative", constant(-1.0), ValueError),
-            Bad("NaN", constant(math.nan), ValueError)]
-NON_NEGATIVE = [Bad("a string", constant("1"), TypeError),
-                Bad("negative", constant(-1.0), ValueError),
-                Bad("NaN", constant(math.nan), ValueError)]
-BASE = [Bad("a string", constant("10000"), TypeError), Bad("one", constant(1.0), ValueError),
-        Bad("below one", constant(0.5), ValueError), Bad("NaN", constant(math.nan), ValueError)]
-PROBABILITY = [Bad("a string", constant("0.1"), TypeError),
-               Bad("negative", constant(-0.1), ValueError),
-               Bad("above one", constant(1.5), ValueError)]
-FRACTION = [Bad("a string", constant("0.5"), TypeError), Bad("NaN", constant(math.nan), ValueError),
-            Bad("above one", constant(1.5), ValueError)]
-NAME = [Bad("unknown", constant("no such name"), ValueError),
-        Bad("not a str", constant(3), TypeError)]
+NUMBER = [
+    Bad("a string", constant("1"), TypeError),
+    Bad("None", constant(None), TypeError),
+    Bad("NaN", constant(math.nan), ValueError),
+    Bad("inf", constant(math.inf), ValueError),
+]
+POSITIVE = [
+    Bad("a string", constant("1"), TypeError),
+    Bad("None", constant(None), TypeError),
+    Bad("zero", constant(0.0), ValueError),
+    Bad("negative", constant(-1.0), ValueError),
+    Bad("NaN", constant(math.nan), ValueError),
+]
+NON_NEGATIVE = [
+    Bad("a string", constant("1"), TypeError),
+    Bad("negative", constant(-1.0), ValueError),
+    Bad("NaN", constant(math.nan), ValueError),
+]
+BASE = [
+    Bad("a string", constant("10000"), TypeError),
+    Bad("one", constant(1.0), ValueError),
+    Bad("below one", constant(0.5), ValueError),
+    Bad("NaN", constant(math.nan), ValueError),
+]
+PROBABILITY = [
+    Bad("a string", constant("0.1"), TypeError),
+    Bad("negative", constant(-0.1), ValueError),
+    Bad("above one", constant(1.5), ValueError),
+]
+FRACTION = [
+    Bad("a string", constant("0.5"), TypeError),
+    Bad("NaN", constant(math.nan), ValueError),
+    Bad("above one", constant(1.5), ValueError),
+]
+NAME = [
+    Bad("unknown", constant("no such name"), ValueError),
+    Bad("not a str", constant(3), TypeError),
+]
 TEXT = [Bad("a number", constant(3), TypeError), Bad("None", constant(None), TypeError)]
-SENTENCES = [Bad("one string", constant("a sentence"), ValueError),
-             Bad("empty", constant([]), ValueError),
-             Bad("numbers", constant([1, 2]), TypeError)]
-FLOAT_DTYPE = [Bad("a string", constant("float32"), TypeError),
-               Bad("an integer dtype", constant(torch.int64), ValueError)]
-INSTANCE = [Bad("another object", constant(object()), TypeError),
-            Bad("a module of another class", lambda v: nn.Linear(8, 8), TypeError),
-            Bad("None", constant(None), TypeError)]
+SENTENCES = [
+    Bad("one string", constant("a sentence"), ValueError),
+    Bad("empty", constant([]), ValueError),
+    Bad("numbers", constant([1, 2]), TypeError),
+]
+FLOAT_DTYPE = [
+    Bad("a string", constant("float32"), TypeError),
+    Bad("an integer dtype", constant(torch.int64), ValueError),
+]
+INSTANCE = [
+    Bad("another object", constant(object()), TypeError),
+    Bad("a module of another class", lambda v: nn.Linear(8, 8), TypeError),
+    Bad("None", constant(None), TypeError),
+]
 CALLABLE = [Bad("a number", constant(3), TypeError)]
 MAPPING = [Bad("a list", constant([]), TypeError)]
 FLAG = [Bad("a string", constant("yes"), TypeError), Bad("None", constant(None), TypeError)]
-CACHES = [Bad("a list of None", lambda v: [None] * len(v), TypeError),
-          Bad("one cache", lambda v: v[0], TypeError),
-          Bad("too few", lambda v: v[:1], ValueError)]
-TENSOR_LIST = [Bad("a number", constant(3), TypeError), Bad("empty", constant([]), TypeError),
-               Bad("ints", lambda v: [t.long() for t in v], ValueError),
-               Bad("wrong rank", lambda v: [t[0] for t in v], ValueError)]
-HEAD_PAIRS = [Bad("a number", constant(3), TypeError),
-              Bad("not pairs", constant([(0,)]), TypeError),
-              Bad("float indices", constant([(0.5, 0)]), TypeError),
-              Bad("out of range", constant([(99, 0)]), ValueError)]
-LENGTH_LIST = [Bad("a number", constant(12), TypeError),
-               Bad("strings", constant(["12"]), TypeError),
-               Bad("zero", constant([0]), ValueError)]
-BANDWIDTHS = [Bad("a string", constant("0.5"), TypeError),
-              Bad("empty", constant([]), ValueError),
-              Bad("zero", constant([0.0, 1.0]), ValueError),
-              Bad("negative", constant([-1.0]), ValueError)]
-ARRAY = [Bad("a string", constant("weights"), TypeError),
-         Bad("an object", constant(object()), TypeError)]
-CURVES = [Bad("a list", constant([1.0]), TypeError),
-          Bad("a curve of strings", lambda v: {"a": "curve"}, TypeError)]
+CACHES = [
+    Bad("a list of None", lambda v: [None] * len(v), TypeError),
+    Bad("one cache", lambda v: v[0], TypeError),
+    Bad("too few", lambda v: v[:1], ValueError),
+]
+TENSOR_LIST = [
+    Bad("a number", constant(3), TypeError),
+    Bad("empty", constant([]), TypeError),
+    Bad("ints", lambda v: [t.long() for t in v], ValueError),
+    Bad("wrong rank", lambda v: [t[0] for t in v], ValueError),
+]
+HEAD_PAIRS = [
+    Bad("a number", constant(3), TypeError),
+    Bad("not pairs", constant([(0,)]), TypeError),
+    Bad("float indices", constant([(0.5, 0)]), TypeError),
+    Bad("out of range", constant([(99, 0)]), ValueError),
+]
+LENGTH_LIST = [
+    Bad("a number", constant(12), TypeError),
+    Bad("strings", constant(["12"]), TypeError),
+    Bad("zero", constant([0]), ValueError),
+]
+BANDWIDTHS = [
+    Bad("a string", constant("0.5"), TypeError),
+    Bad("empty", constant([]), ValueError),
+    Bad("zero", constant([0.0, 1.0]), ValueError),
+    Bad("negative", constant([-1.0]), ValueError),
+]
+ARRAY = [
+    Bad("a string", constant("weights"), TypeError),
+    Bad("an object", constant(object()), TypeError),
+]
+CURVES = [
+    Bad("a list", constant([1.0]), TypeError),
+    Bad("a curve of strings", lambda v: {"a": "curve"}, TypeError),
+]
 TOKENIZER = [Bad("an object", constant(object()), TypeError)]
 # a RoPE scaling dict, as a config's rope_parameters
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
-SCALING = [Bad("a list", constant([]), TypeError), Bad("None", constant(None), TypeError),
-           Bad("unknown rope_type", constant({"rope_type": "longrope"}), ValueError),
-           Bad("a key missing", constant({"rope_type": "linear"}), ValueError),
-           Bad("an unknown key", lambda v: {**v, "partial_rotary_factor": 0.5}, ValueError),
-           Bad("factor below one", lambda v: {**v, "factor": 0.5}, ValueError),
-           Bad("factor a string", lambda v: {**v, "factor": "4"}, TypeError),
-           Bad("factor NaN", lambda v: {**v, "factor": math.nan}, ValueError),
-           Bad("length a float", lambda v: {**v, "original_max_position_embeddings": 16.0},
-               TypeError),
-           Bad("bounds in the wrong order", lambda v: {**v, "beta_fast": 1, "beta_slow": 32},
-               ValueError),
-           Bad("truncate not a bool", lambda v: {**v, "truncate": "no"}, TypeError),
-           # YaRN's factor is a ratio of 0.1 * m * ln(factor) + 1 terms: m = -10, factor = e
-           # zeroes the denominator
-           Bad("mscale_all_dim zeroing a denominator",
-               lambda v: {**v, "factor": math.e, "mscale": 1.0, "mscale_all_dim": -10.0},
-               ValueError)]
+SCALING = [
+    Bad("a list", constant([]), TypeError),
+    Bad("None", constant(None), TypeError),
+    Bad("unknown rope_type", constant({"rope_type": "longrope"}), ValueError),
+    Bad("a key missing", constant({"rope_type": "linear"}), ValueError),
+    Bad("an unknown key", lambda v: {**v, "partial_rotary_factor": 0.5}, ValueError),
+    Bad("factor below one", lambda v: {**v, "factor": 0.5}, ValueError),
+    Bad("factor a string", lambda v: {**v, "factor": "4"}, TypeError),
+    Bad("factor NaN", lambda v: {**v, "factor": math.nan}, ValueError),
+    Bad("length a float", lambda v: {**v, "original_max_position_embeddings": 16.0}, TypeError),
+    Bad("bounds in the wrong order", lambda v: {**v, "beta_fast": 1, "beta_slow": 32}, ValueError),
+    Bad("truncate not a bool", lambda v: {**v, "truncate": "no"}, TypeError),
+    # YaRN's factor is a ratio of 0.1 * m * ln(factor) + 1 terms: m = -10, factor = e
+    # zeroes the denominator
+    Bad(
+        "mscale_all_dim zeroing a denominator",
+        lambda v: {**v, "factor": math.e, "mscale": 1.0, "mscale_all_dim": -10.0},
+        ValueError,
+    ),
+]
 
 # Parameters the package passes on unchecked, wherever they appear.
 UNCHECKED = {
@@ -197,10 +261,25 @@ UNCHECKED = {
     "skip_masked_tiles": "a flag: any truth value",
     "device": "passed to torch, whose error names the device",
 }
-PLOT_OPTIONS = {name: "drawing options passed to matplotlib, which checks them"
-                for name in ("xlabel", "ylabel", "titles", "extent", "cmap", "panel_size",
-                             "vmax", "ax", "title", "data_label", "key_labels",
-                             "value_labels", "query_label", "first")}
+PLOT_OPTIONS = {
+    name: "drawing options passed to matplotlib, which checks them"
+    for name in (
+        "xlabel",
+        "ylabel",
+        "titles",
+        "extent",
+        "cmap",
+        "panel_size",
+        "vmax",
+        "ax",
+        "title",
+        "data_label",
+        "key_labels",
+        "value_labels",
+        "query_label",
+        "first",
+    )
+}
 
 # ------------------------------------------------------------------------------- the registry
 
@@ -233,17 +312,23 @@ def tiny_block():
 
 def tiny_latent_attention():
     torch.manual_seed(0)
-    return latent.MultiHeadLatentAttention(16, 2, kv_rank=4, q_rank=6, head_dim=4, rope_dim=2,
-                                           value_dim=3)
+    return latent.MultiHeadLatentAttention(
+        16, 2, kv_rank=4, q_rank=6, head_dim=4, rope_dim=2, value_dim=3
+    )
 
 
 def deepseek_state_dict():
     """A DeepseekV3Attention state dict under transformers' names, made by hand: 2 heads,
     kv_lora_rank 4, q_lora_rank 6, qk_nope_head_dim 4, qk_rope_head_dim 2, v_head_dim 3."""
-    shapes = {"q_a_proj.weight": (6, 16), "q_a_layernorm.weight": (6,),
-              "q_b_proj.weight": (2 * 6, 6), "kv_a_proj_with_mqa.weight": (4 + 2, 16),
-              "kv_a_layernorm.weight": (4,), "kv_b_proj.weight": (2 * 7, 4),
-              "o_proj.weight": (16, 2 * 3)}
+    shapes = {
+        "q_a_proj.weight": (6, 16),
+        "q_a_layernorm.weight": (6,),
+        "q_b_proj.weight": (2 * 6, 6),
+        "kv_a_proj_with_mqa.weight": (4 + 2, 16),
+        "kv_a_layernorm.weight": (4,),
+        "kv_b_proj.weight": (2 * 7, 4),
+        "o_proj.weight": (16, 2 * 3),
+    }
     return {name: randn(*shape) for name, shape in shapes.items()}
 
 
@@ -254,25 +339,43 @@ def tiny_indexer():
 
 def tiny_sparse_attention():
     torch.manual_seed(0)
-    return sparse.DeepSeekSparseAttention(16, 2, kv_rank=4, q_rank=6, top_k=2, index_heads=2,
-                                          index_head_dim=4, head_dim=4, rope_dim=2, value_dim=3)
+    return sparse.DeepSeekSparseAttention(
+        16,
+        2,
+        kv_rank=4,
+        q_rank=6,
+        top_k=2,
+        index_heads=2,
+        index_head_dim=4,
+        head_dim=4,
+        rope_dim=2,
+        value_dim=3,
+    )
 
 
 def deepseek_indexer_state_dict():
     """A DeepseekV32Indexer state dict made by hand: 2 heads of 4, hidden 16, q_lora_rank 6."""
-    shapes = {"wq_b.weight": (2 * 4, 6), "wk.weight": (4, 16), "k_norm.weight": (4,),
-              "k_norm.bias": (4,), "weights_proj.weight": (2, 16)}
+    shapes = {
+        "wq_b.weight": (2 * 4, 6),
+        "wk.weight": (4, 16),
+        "k_norm.weight": (4,),
+        "k_norm.bias": (4,),
+        "weights_proj.weight": (2, 16),
+    }
     return {name: randn(*shape) for name, shape in shapes.items()}
 
 
 def deepseek_v32_state_dict():
     """A DeepseekV32Attention state dict: deepseek_state_dict's MLA and that indexer."""
-    return {**deepseek_state_dict(), **{f"indexer.{name}": tensor for name, tensor
-                                        in deepseek_indexer_state_dict().items()}}
+    return {
+        **deepseek_state_dict(),
+        **{f"indexer.{name}": tensor for name, tensor in deepseek_indexer_state_dict().items()},
+    }
 
 
-TINY_ENCODER = dict(vocab_size=30522, embed_dim=8, num_heads=2, num_layers=1, ffn_dim=16,
-                    max_positions=16)
+TINY_ENCODER = dict(
+    vocab_size=30522, embed_dim=8, num_heads=2, num_layers=1, ffn_dim=16, max_positions=16
+)
 
 
 def tiny_encoder():
@@ -288,24 +391,46 @@ def tokenizer():
 
 
 def tiny_decoder_config():
-    return config.DecoderConfig(vocab_size=10, embed_dim=8, num_layers=1, num_heads=2,
-                                num_kv_heads=1, hidden_dim=16, rope_base=10000.0,
-                                norm_eps=1e-5, context_length=32, tie_embeddings=True)
+    return config.DecoderConfig(
+        vocab_size=10,
+        embed_dim=8,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        hidden_dim=16,
+        rope_base=10000.0,
+        norm_eps=1e-5,
+        context_length=32,
+        tie_embeddings=True,
+    )
 
 
 def gguf_weights(config):
     names = ["token_embd.weight", "output_norm.weight"] + [
-        f"blk.{layer}.{name}.weight" for layer in range(config.num_layers)
-        for name in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
-                     "ffn_gate", "ffn_up", "ffn_down")]
+        f"blk.{layer}.{name}.weight"
+        for layer in range(config.num_layers)
+        for name in (
+            "attn_norm",
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_norm",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        )
+    ]
     return {name: torch.zeros(8, 8) for name in names}
 
 
 def entered(context_manager):
     """Call a function returning a context manager and enter it (it checks on entering)."""
+
     def call(*args, **kwargs):
         with context_manager(*args, **kwargs):
             pass
+
     return call
 
 
@@ -315,6 +440,7 @@ def closing_figures(plot):
             return plot(*args, **kwargs)
         finally:
             plt.close("all")
+
     return call
 
 
@@ -324,8 +450,9 @@ def method(build_object, name):
 
 
 def qkv(n_q=3, n_k=5, d=4, d_v=6):
-    return dict(query=randn(2, n_q, d), key=randn(2, n_k, d, seed=1),
-                value=randn(2, n_k, d_v, seed=2))
+    return dict(
+        query=randn(2, n_q, d), key=randn(2, n_k, d, seed=1), value=randn(2, n_k, d_v, seed=2)
+    )
 
 
 def three_points():
@@ -339,534 +466,1052 @@ PREVIOUS_TOKEN[:, torch.arange(1, 4), torch.arange(3)] = True
 def duck_typed_config():
     """A duck-typed transformers config: what attention_costs reads of a gpt-oss one."""
     import types
+
     return types.SimpleNamespace(
-        model_type="gpt_oss", num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, sliding_window=4,
-        layer_types=["sliding_attention", "full_attention"])
+        model_type="gpt_oss",
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+    )
 
 
-CONFIG = [Bad("not a config", constant(object()), TypeError),
-          Bad("an unsupported model_type", lambda v: type(v)(model_type="bert"), ValueError)]
-LAYER_TYPES = [Bad("a string", constant("full_attention"), TypeError),
-               Bad("numbers", constant([1, 2]), TypeError),
-               Bad("empty", constant([]), ValueError),
-               Bad("an unknown layer type", constant(["global_attention"]), ValueError)]
+CONFIG = [
+    Bad("not a config", constant(object()), TypeError),
+    Bad("an unsupported model_type", lambda v: type(v)(model_type="bert"), ValueError),
+]
+LAYER_TYPES = [
+    Bad("a string", constant("full_attention"), TypeError),
+    Bad("numbers", constant([1, 2]), TypeError),
+    Bad("empty", constant([]), ValueError),
+    Bad("an unknown layer type", constant(["global_attention"]), ValueError),
+]
 
 REGISTRY = {
     # attention
     "attention_course.attention.AdditiveAttention": Case(
-        lambda: (attention.AdditiveAttention,
-                 dict(query_size=4, key_size=3, num_hiddens=5, dropout=0.1)),
-        {"query_size": COUNT, "key_size": COUNT, "num_hiddens": COUNT, "dropout": PROBABILITY}),
+        lambda: (
+            attention.AdditiveAttention,
+            dict(query_size=4, key_size=3, num_hiddens=5, dropout=0.1),
+        ),
+        {"query_size": COUNT, "key_size": COUNT, "num_hiddens": COUNT, "dropout": PROBABILITY},
+    ),
     "attention_course.attention.AdditiveAttention.scores": Case(
-        lambda: (attention.AdditiveAttention(4, 3, 5).scores,
-                 dict(queries=randn(2, 2, 4), keys=randn(2, 6, 3))),
-        {"queries": MATCHED, "keys": MATCHED}),
+        lambda: (
+            attention.AdditiveAttention(4, 3, 5).scores,
+            dict(queries=randn(2, 2, 4), keys=randn(2, 6, 3)),
+        ),
+        {"queries": MATCHED, "keys": MATCHED},
+    ),
     "attention_course.attention.AdditiveAttention.forward": Case(
-        lambda: (attention.AdditiveAttention(4, 3, 5),
-                 dict(queries=randn(2, 2, 4), keys=randn(2, 6, 3), values=randn(2, 6, 7),
-                      valid_lens=torch.tensor([6, 2]))),
-        {"queries": MATCHED, "keys": MATCHED, "values": MATCHED,
-         "valid_lens": optional(LENGTHS)}),
+        lambda: (
+            attention.AdditiveAttention(4, 3, 5),
+            dict(
+                queries=randn(2, 2, 4),
+                keys=randn(2, 6, 3),
+                values=randn(2, 6, 7),
+                valid_lens=torch.tensor([6, 2]),
+            ),
+        ),
+        {"queries": MATCHED, "keys": MATCHED, "values": MATCHED, "valid_lens": optional(LENGTHS)},
+    ),
     "attention_course.attention.attention_entropy": Case(
         lambda: (attention.attention_entropy, dict(weights=torch.softmax(randn(3, 4), -1))),
-        {"weights": FLOAT}),
+        {"weights": FLOAT},
+    ),
     "attention_course.attention.scaled_dot_product_attention": Case(
-        lambda: (attention.scaled_dot_product_attention,
-                 dict(**qkv(), attn_mask=torch.ones(3, 5, dtype=torch.bool), is_causal=False,
-                      scale=0.5)),
-        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "attn_mask": ATTN_MASK,
-         "scale": optional(NUMBER)}),
+        lambda: (
+            attention.scaled_dot_product_attention,
+            dict(**qkv(), attn_mask=torch.ones(3, 5, dtype=torch.bool), is_causal=False, scale=0.5),
+        ),
+        {
+            "query": MATCHED,
+            "key": MATCHED,
+            "value": MATCHED,
+            "attn_mask": ATTN_MASK,
+            "scale": optional(NUMBER),
+        },
+    ),
     # masking
     "attention_course.masking.causal_mask": Case(
         lambda: (masking.causal_mask, dict(n_queries=3, n_keys=4)),
-        {"n_queries": COUNT, "n_keys": optional(COUNT)}),
+        {"n_queries": COUNT, "n_keys": optional(COUNT)},
+    ),
     "attention_course.masking.masked_softmax": Case(
-        lambda: (masking.masked_softmax,
-                 dict(scores=randn(2, 3, 4), valid_lens=torch.tensor([1, 4]))),
-        {"scores": FLOAT, "valid_lens": optional(LENGTHS)}),
+        lambda: (
+            masking.masked_softmax,
+            dict(scores=randn(2, 3, 4), valid_lens=torch.tensor([1, 4])),
+        ),
+        {"scores": FLOAT, "valid_lens": optional(LENGTHS)},
+    ),
     "attention_course.masking.softmax": Case(
         lambda: (masking.softmax, dict(scores=randn(2, 3), dim=-1)),
-        {"scores": ANY_FLOAT, "dim": DIM}),
+        {"scores": ANY_FLOAT, "dim": DIM},
+    ),
     "attention_course.masking.softmax_": Case(
         lambda: (masking.softmax_, dict(scores=randn(2, 3), dtype=torch.float64)),
-        {"scores": FLOAT, "dtype": FLOAT_DTYPE}),
+        {"scores": FLOAT, "dtype": FLOAT_DTYPE},
+    ),
     "attention_course.masking.softmax_with_mask": Case(
-        lambda: (masking.softmax_with_mask,
-                 dict(scores=randn(2, 3), allowed=torch.tensor([True, False, True]))),
-        {"scores": FLOAT, "allowed": ALLOWED}),
+        lambda: (
+            masking.softmax_with_mask,
+            dict(scores=randn(2, 3), allowed=torch.tensor([True, False, True])),
+        ),
+        {"scores": FLOAT, "allowed": ALLOWED},
+    ),
     "attention_course.masking.softmax_with_mask_": Case(
-        lambda: (masking.softmax_with_mask_,
-                 dict(scores=randn(2, 3), allowed=torch.tensor([True, False, True]),
-                      dtype=None)),
-        {"scores": FLOAT, "allowed": ALLOWED, "dtype": FLOAT_DTYPE}),
+        lambda: (
+            masking.softmax_with_mask_,
+            dict(scores=randn(2, 3), allowed=torch.tensor([True, False, True]), dtype=None),
+        ),
+        {"scores": FLOAT, "allowed": ALLOWED, "dtype": FLOAT_DTYPE},
+    ),
     "attention_course.masking.valid_lens_mask": Case(
-        lambda: (masking.valid_lens_mask,
-                 dict(valid_lens=torch.tensor([1, 4]), n_queries=3, n_keys=4)),
-        {"valid_lens": LENGTHS, "n_queries": COUNT_OR_ZERO, "n_keys": COUNT_OR_ZERO}),
+        lambda: (
+            masking.valid_lens_mask,
+            dict(valid_lens=torch.tensor([1, 4]), n_queries=3, n_keys=4),
+        ),
+        {"valid_lens": LENGTHS, "n_queries": COUNT_OR_ZERO, "n_keys": COUNT_OR_ZERO},
+    ),
     # multihead
     "attention_course.multihead.MultiHeadAttention": Case(
         lambda: (multihead.MultiHeadAttention, dict(embed_dim=8, num_heads=2, bias=True)),
-        {"embed_dim": COUNT, "num_heads": COUNT}),
+        {"embed_dim": COUNT, "num_heads": COUNT},
+    ),
     "attention_course.multihead.MultiHeadAttention.forward": Case(
-        lambda: (multihead.MultiHeadAttention(8, 2),
-                 dict(query=randn(2, 3, 8), key=randn(2, 5, 8, seed=1),
-                      value=randn(2, 5, 8, seed=2), attn_mask=torch.ones(2, 1, 3, 5) < 2,
-                      is_causal=False)),
-        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "attn_mask": ATTN_MASK}),
+        lambda: (
+            multihead.MultiHeadAttention(8, 2),
+            dict(
+                query=randn(2, 3, 8),
+                key=randn(2, 5, 8, seed=1),
+                value=randn(2, 5, 8, seed=2),
+                attn_mask=torch.ones(2, 1, 3, 5) < 2,
+                is_causal=False,
+            ),
+        ),
+        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "attn_mask": ATTN_MASK},
+    ),
     "attention_course.multihead.MultiHeadAttention.from_torch": Case(
-        lambda: (multihead.MultiHeadAttention.from_torch,
-                 dict(module=nn.MultiheadAttention(8, 2, batch_first=True))),
-        {"module": INSTANCE}),
+        lambda: (
+            multihead.MultiHeadAttention.from_torch,
+            dict(module=nn.MultiheadAttention(8, 2, batch_first=True)),
+        ),
+        {"module": INSTANCE},
+    ),
     "attention_course.multihead.GroupedQueryAttention": Case(
-        lambda: (multihead.GroupedQueryAttention,
-                 dict(embed_dim=8, num_heads=2, num_kv_heads=1, bias=False)),
-        {"embed_dim": COUNT, "num_heads": COUNT, "num_kv_heads": COUNT}),
+        lambda: (
+            multihead.GroupedQueryAttention,
+            dict(embed_dim=8, num_heads=2, num_kv_heads=1, bias=False),
+        ),
+        {"embed_dim": COUNT, "num_heads": COUNT, "num_kv_heads": COUNT},
+    ),
     "attention_course.multihead.GroupedQueryAttention.forward": Case(
-        lambda: (multihead.GroupedQueryAttention(8, 4, 2),
-                 dict(x=randn(2, 3, 8), attn_mask=torch.ones(3, 3, dtype=torch.bool),
-                      is_causal=False)),
-        {"x": MATCHED, "attn_mask": ATTN_MASK}),
+        lambda: (
+            multihead.GroupedQueryAttention(8, 4, 2),
+            dict(x=randn(2, 3, 8), attn_mask=torch.ones(3, 3, dtype=torch.bool), is_causal=False),
+        ),
+        {"x": MATCHED, "attn_mask": ATTN_MASK},
+    ),
     "attention_course.multihead.GroupedQueryAttention.project_kv": Case(
         lambda: (multihead.GroupedQueryAttention(8, 4, 2).project_kv, dict(x=randn(2, 3, 8))),
-        {"x": MATCHED}),
+        {"x": MATCHED},
+    ),
     "attention_course.multihead.GroupedQueryAttention.from_multihead": Case(
-        lambda: (multihead.GroupedQueryAttention.from_multihead,
-                 dict(mha=multihead.MultiHeadAttention(8, 2), num_kv_heads=1)),
-        {"mha": INSTANCE, "num_kv_heads": COUNT}),
+        lambda: (
+            multihead.GroupedQueryAttention.from_multihead,
+            dict(mha=multihead.MultiHeadAttention(8, 2), num_kv_heads=1),
+        ),
+        {"mha": INSTANCE, "num_kv_heads": COUNT},
+    ),
     "attention_course.multihead.GroupedQueryAttention.from_config": Case(
         lambda: (multihead.GroupedQueryAttention.from_config, dict(config=tiny_decoder_config())),
-        {"config": INSTANCE}),
+        {"config": INSTANCE},
+    ),
     "attention_course.multihead.grouped_attention": Case(
-        lambda: (multihead.grouped_attention,
-                 dict(q=randn(2, 4, 3, 5), k=randn(2, 2, 6, 5, seed=1),
-                      v=randn(2, 2, 6, 7, seed=2), attn_mask=torch.ones(3, 6, dtype=torch.bool),
-                      is_causal=False)),
-        {"q": MATCHED, "k": MATCHED, "v": MATCHED, "attn_mask": ATTN_MASK}),
+        lambda: (
+            multihead.grouped_attention,
+            dict(
+                q=randn(2, 4, 3, 5),
+                k=randn(2, 2, 6, 5, seed=1),
+                v=randn(2, 2, 6, 7, seed=2),
+                attn_mask=torch.ones(3, 6, dtype=torch.bool),
+                is_causal=False,
+            ),
+        ),
+        {"q": MATCHED, "k": MATCHED, "v": MATCHED, "attn_mask": ATTN_MASK},
+    ),
     "attention_course.multihead.kv_cache_bytes": Case(
-        lambda: (multihead.kv_cache_bytes,
-                 dict(batch_size=1, seq_len=8, num_layers=2, num_kv_heads=2, head_dim=4,
-                      bytes_per_element=2)),
-        {name: COUNT for name in ("batch_size", "seq_len", "num_layers", "num_kv_heads",
-                                  "head_dim", "bytes_per_element")}),
+        lambda: (
+            multihead.kv_cache_bytes,
+            dict(
+                batch_size=1,
+                seq_len=8,
+                num_layers=2,
+                num_kv_heads=2,
+                head_dim=4,
+                bytes_per_element=2,
+            ),
+        ),
+        {
+            name: COUNT
+            for name in (
+                "batch_size",
+                "seq_len",
+                "num_layers",
+                "num_kv_heads",
+                "head_dim",
+                "bytes_per_element",
+            )
+        },
+    ),
     "attention_course.multihead.split_heads": Case(
         lambda: (multihead.split_heads, dict(x=torch.arange(24).reshape(1, 3, 8), num_heads=2)),
-        {"x": TENSOR, "num_heads": COUNT}),
+        {"x": TENSOR, "num_heads": COUNT},
+    ),
     "attention_course.multihead.merge_heads": Case(
-        lambda: (multihead.merge_heads, dict(x=torch.arange(24).reshape(1, 2, 3, 4))),
-        {"x": TENSOR}),
+        lambda: (multihead.merge_heads, dict(x=torch.arange(24).reshape(1, 2, 3, 4))), {"x": TENSOR}
+    ),
     # decoding
     "attention_course.masking.decoding_mask": Case(
-        lambda: (masking.decoding_mask, dict(query_positions=torch.arange(2, 5),
-                                              key_positions=torch.arange(5), window=3,
-                                              sinks=1)),
-        {"query_positions": INTEGERS, "key_positions": INTEGERS, "window": optional(COUNT),
-         "sinks": COUNT_OR_ZERO}),
+        lambda: (
+            masking.decoding_mask,
+            dict(
+                query_positions=torch.arange(2, 5), key_positions=torch.arange(5), window=3, sinks=1
+            ),
+        ),
+        {
+            "query_positions": INTEGERS,
+            "key_positions": INTEGERS,
+            "window": optional(COUNT),
+            "sinks": COUNT_OR_ZERO,
+        },
+    ),
     "attention_course.decoding.KVCache": Case(
         lambda: (decoding.KVCache, dict(window=4, sinks=1)),
-        {"window": optional(COUNT), "sinks": COUNT_OR_ZERO}),
+        {"window": optional(COUNT), "sinks": COUNT_OR_ZERO},
+    ),
     "attention_course.decoding.KVCache.update": Case(
-        lambda: (decoding.KVCache().update,
-                 dict(key=randn(1, 2, 3, 4), value=randn(1, 2, 3, 4, seed=1))),
-        {"key": MATCHED, "value": MATCHED}),
+        lambda: (
+            decoding.KVCache().update,
+            dict(key=randn(1, 2, 3, 4), value=randn(1, 2, 3, 4, seed=1)),
+        ),
+        {"key": MATCHED, "value": MATCHED},
+    ),
     "attention_course.decoding.DecoderBlock": Case(
-        lambda: (decoding.DecoderBlock, dict(config=tiny_decoder_config())),
-        {"config": INSTANCE}),
-    **{f"attention_course.decoding.DecoderBlock.{name}": Case(
-        (lambda name=name: (tiny_block() if name == "forward" else getattr(tiny_block(), name),
-                            dict(x=randn(1, 3, 8), positions=torch.arange(3),
-                                 cache=decoding.KVCache(4, 1)))),
-        {"x": MATCHED, "positions": INTEGERS, "cache": optional(INSTANCE)})
-       for name in ("attend", "forward", "forward_with_weights")},
+        lambda: (decoding.DecoderBlock, dict(config=tiny_decoder_config())), {"config": INSTANCE}
+    ),
+    **{
+        f"attention_course.decoding.DecoderBlock.{name}": Case(
+            (
+                lambda name=name: (
+                    tiny_block() if name == "forward" else getattr(tiny_block(), name),
+                    dict(x=randn(1, 3, 8), positions=torch.arange(3), cache=decoding.KVCache(4, 1)),
+                )
+            ),
+            {"x": MATCHED, "positions": INTEGERS, "cache": optional(INSTANCE)},
+        )
+        for name in ("attend", "forward", "forward_with_weights")
+    },
     "attention_course.decoding.TinyDecoder": Case(
-        lambda: (decoding.TinyDecoder,
-                 dict(vocab_size=20, embed_dim=8, num_heads=2, num_kv_heads=1, num_layers=1,
-                      window=4, hidden_dim=16, sinks=1, base=100.0, norm_eps=1e-6,
-                      tie_embeddings=True)),
-        {"vocab_size": COUNT, "embed_dim": COUNT, "num_heads": COUNT, "num_kv_heads": COUNT,
-         "num_layers": COUNT, "window": optional(COUNT), "hidden_dim": optional(COUNT),
-         "sinks": COUNT_OR_ZERO, "base": BASE, "norm_eps": NON_NEGATIVE}),
+        lambda: (
+            decoding.TinyDecoder,
+            dict(
+                vocab_size=20,
+                embed_dim=8,
+                num_heads=2,
+                num_kv_heads=1,
+                num_layers=1,
+                window=4,
+                hidden_dim=16,
+                sinks=1,
+                base=100.0,
+                norm_eps=1e-6,
+                tie_embeddings=True,
+            ),
+        ),
+        {
+            "vocab_size": COUNT,
+            "embed_dim": COUNT,
+            "num_heads": COUNT,
+            "num_kv_heads": COUNT,
+            "num_layers": COUNT,
+            "window": optional(COUNT),
+            "hidden_dim": optional(COUNT),
+            "sinks": COUNT_OR_ZERO,
+            "base": BASE,
+            "norm_eps": NON_NEGATIVE,
+        },
+    ),
     "attention_course.decoding.TinyDecoder.from_config": Case(
         lambda: (decoding.TinyDecoder.from_config, dict(config=tiny_decoder_config())),
-        {"config": INSTANCE}),
+        {"config": INSTANCE},
+    ),
     "attention_course.decoding.TinyDecoder.new_caches": Case(
-        lambda: (tiny_decoder().new_caches, {}), {}),
+        lambda: (tiny_decoder().new_caches, {}), {}
+    ),
     "attention_course.decoding.TinyDecoder.windowed": Case(
         lambda: (entered(tiny_decoder().windowed), dict(window=3, sinks=1)),
-        {"window": optional(COUNT), "sinks": COUNT_OR_ZERO}),
+        {"window": optional(COUNT), "sinks": COUNT_OR_ZERO},
+    ),
     "attention_course.decoding.TinyDecoder.forward": Case(
-        lambda: (lambda model=tiny_decoder(): (model, dict(ids=torch.tensor([[1, 2, 3]]),
-                                                           caches=model.new_caches())))(),
-        {"ids": IDS, "caches": optional(CACHES)}),
+        lambda: (
+            lambda model=tiny_decoder(): (  # noqa: B008 (one model per call of the outer lambda)
+                model,
+                dict(ids=torch.tensor([[1, 2, 3]]), caches=model.new_caches()),
+            )
+        )(),
+        {"ids": IDS, "caches": optional(CACHES)},
+    ),
     "attention_course.decoding.TinyDecoder.forward_with_weights": Case(
         lambda: (tiny_decoder().forward_with_weights, dict(ids=torch.tensor([[1, 2, 3]]))),
-        {"ids": IDS}),
+        {"ids": IDS},
+    ),
     "attention_course.decoding.TinyDecoder.generate": Case(
-        lambda: (tiny_decoder().generate,
-                 dict(ids=torch.tensor([[1, 2, 3]]), max_new_tokens=2, use_cache=True,
-                      stop_id=4)),
-        {"ids": IDS, "max_new_tokens": COUNT_OR_ZERO, "stop_id": TOKEN}),
+        lambda: (
+            tiny_decoder().generate,
+            dict(ids=torch.tensor([[1, 2, 3]]), max_new_tokens=2, use_cache=True, stop_id=4),
+        ),
+        {"ids": IDS, "max_new_tokens": COUNT_OR_ZERO, "stop_id": TOKEN},
+    ),
     # rotary
     "attention_course.rotary.apply_rotary": Case(
-        lambda: (rotary.apply_rotary,
-                 dict(x=randn(2, 3, 4), positions=torch.tensor([0, 5, 9]), base=100.0,
-                      scaling=YARN)),
-        {"x": FLOAT, "positions": optional(INTEGERS), "base": BASE,
-         "scaling": optional(SCALING)}),
+        lambda: (
+            rotary.apply_rotary,
+            dict(x=randn(2, 3, 4), positions=torch.tensor([0, 5, 9]), base=100.0, scaling=YARN),
+        ),
+        {"x": FLOAT, "positions": optional(INTEGERS), "base": BASE, "scaling": optional(SCALING)},
+    ),
     "attention_course.rotary.rotary_frequencies": Case(
-        lambda: (rotary.rotary_frequencies, dict(head_dim=8, base=100.0, scaling=YARN,
-                                                 seq_len=20, dtype=torch.float64)),
-        {"head_dim": COUNT, "base": BASE, "scaling": optional(SCALING),
-         "seq_len": optional(COUNT), "dtype": FLOAT_DTYPE}),
+        lambda: (
+            rotary.rotary_frequencies,
+            dict(head_dim=8, base=100.0, scaling=YARN, seq_len=20, dtype=torch.float64),
+        ),
+        {
+            "head_dim": COUNT,
+            "base": BASE,
+            "scaling": optional(SCALING),
+            "seq_len": optional(COUNT),
+            "dtype": FLOAT_DTYPE,
+        },
+    ),
     "attention_course.rotary.rotary_attention_factor": Case(
-        lambda: (rotary.rotary_attention_factor, dict(scaling=YARN)),
-        {"scaling": optional(SCALING)}),
+        lambda: (rotary.rotary_attention_factor, dict(scaling=YARN)), {"scaling": optional(SCALING)}
+    ),
     # tiled
     "attention_course.tiled.flash_attention": Case(
         lambda: (tiled.flash_attention, dict(**qkv(), is_causal=True, scale=0.5, block_size=2)),
-        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "scale": optional(NUMBER),
-         "block_size": COUNT}),
+        {
+            "query": MATCHED,
+            "key": MATCHED,
+            "value": MATCHED,
+            "scale": optional(NUMBER),
+            "block_size": COUNT,
+        },
+    ),
     "attention_course.tiled.naive_attention": Case(
         lambda: (tiled.naive_attention, dict(**qkv(), is_causal=True)),
-        {"query": MATCHED, "key": MATCHED, "value": MATCHED}),
+        {"query": MATCHED, "key": MATCHED, "value": MATCHED},
+    ),
     "attention_course.tiled.tile_schedule": Case(
-        lambda: (lambda **a: list(tiled.tile_schedule(**a)),
-                 dict(n_queries=5, n_keys=7, block_size=2, is_causal=True)),
-        {"n_queries": COUNT_OR_ZERO, "n_keys": COUNT_OR_ZERO, "block_size": COUNT}),
+        lambda: (
+            lambda **a: list(tiled.tile_schedule(**a)),
+            dict(n_queries=5, n_keys=7, block_size=2, is_causal=True),
+        ),
+        {"n_queries": COUNT_OR_ZERO, "n_keys": COUNT_OR_ZERO, "block_size": COUNT},
+    ),
     "attention_course.measure.largest_tensor": Case(
         lambda: (measure.largest_tensor, dict(function=torch.ones, args=(2, 3), kwargs={})),
         {"function": CALLABLE},
-        {"args": "passed on to `function`", "kwargs": "passed on to `function`"}),
+        {"args": "passed on to `function`", "kwargs": "passed on to `function`"},
+    ),
     "attention_course.measure.peak_extra_memory": Case(
-        lambda: (measure.peak_extra_memory,
-                 dict(implementation="tiled", lengths=[64], head_dim=8, block_size=16)),
-        {"implementation": NAME, "lengths": LENGTH_LIST, "head_dim": COUNT,
-         "block_size": COUNT},
-        run_valid=False),  # a new process each call: test_measure measures
+        lambda: (
+            measure.peak_extra_memory,
+            dict(implementation="tiled", lengths=[64], head_dim=8, block_size=16),
+        ),
+        {"implementation": NAME, "lengths": LENGTH_LIST, "head_dim": COUNT, "block_size": COUNT},
+        run_valid=False,
+    ),  # a new process each call: test_measure measures
     "attention_course.measure.best_seconds": Case(
-        lambda: (measure.best_seconds, dict(function=torch.ones, args=(2,), repeats=2,
-                                            kwargs={})),
+        lambda: (measure.best_seconds, dict(function=torch.ones, args=(2,), repeats=2, kwargs={})),
         {"function": CALLABLE, "repeats": COUNT},
-        {"args": "passed on to `function`", "kwargs": "passed on to `function`"}),
+        {"args": "passed on to `function`", "kwargs": "passed on to `function`"},
+    ),
     "attention_course.measure.count_multiply_adds": Case(
         lambda: (measure.count_multiply_adds, dict(function=torch.ones, args=(2, 3), kwargs={})),
         {"function": CALLABLE},
-        {"args": "passed on to `function`", "kwargs": "passed on to `function`"}),
+        {"args": "passed on to `function`", "kwargs": "passed on to `function`"},
+    ),
     "attention_course.measure.one_thread": Case(lambda: (measure.one_thread, {}), {}),
     "attention_course.measure.peak_extra_bytes": Case(
-        lambda: (measure.peak_extra_bytes, dict(target="attention_course.measure:_attention_cases",
-                                                args=("tiled", 8, [[16, 4]]))),
+        lambda: (
+            measure.peak_extra_bytes,
+            dict(target="attention_course.measure:_attention_cases", args=("tiled", 8, [[16, 4]])),
+        ),
         {"target": NAME},
         {"arguments": "passed on to `target` in the new process"},
-        run_valid=False),  # a new process each call: test_measure measures
+        run_valid=False,
+    ),  # a new process each call: test_measure measures
     "attention_course.measure.resident_bytes": Case(
-        lambda: (measure.resident_bytes, dict(peak=True)), {}),
+        lambda: (measure.resident_bytes, dict(peak=True)), {}
+    ),
     "attention_course.measure.reset_peak_resident_bytes": Case(
-        lambda: (measure.reset_peak_resident_bytes, {}), {}),
+        lambda: (measure.reset_peak_resident_bytes, {}), {}
+    ),
     # pooling
-    **{f"attention_course.pooling.{name}": Case(
-        lambda name=name: (getattr(pooling, name), dict(u=randn(3, 4))), {"u": ANY_FLOAT})
-       for name in ("gaussian_kernel", "boxcar_kernel", "epanechnikov_kernel")},
+    **{
+        f"attention_course.pooling.{name}": Case(
+            lambda name=name: (getattr(pooling, name), dict(u=randn(3, 4))), {"u": ANY_FLOAT}
+        )
+        for name in ("gaussian_kernel", "boxcar_kernel", "epanechnikov_kernel")
+    },
     "attention_course.pooling.kernel_scores": Case(
-        lambda: (pooling.kernel_scores,
-                 dict(queries=randn(4), keys=randn(6, seed=1), bandwidth=2.0,
-                      kernel="epanechnikov")),
-        {"queries": MATCHED, "keys": MATCHED, "bandwidth": POSITIVE, "kernel": NAME}),
+        lambda: (
+            pooling.kernel_scores,
+            dict(queries=randn(4), keys=randn(6, seed=1), bandwidth=2.0, kernel="epanechnikov"),
+        ),
+        {"queries": MATCHED, "keys": MATCHED, "bandwidth": POSITIVE, "kernel": NAME},
+    ),
     "attention_course.pooling.nadaraya_watson": Case(
-        lambda: (pooling.nadaraya_watson, dict(**three_points(), bandwidth=1.0,
-                                               kernel="gaussian")),
-        {"queries": MATCHED, "keys": MATCHED, "values": MATCHED, "bandwidth": POSITIVE,
-         "kernel": NAME}),
+        lambda: (pooling.nadaraya_watson, dict(**three_points(), bandwidth=1.0, kernel="gaussian")),
+        {
+            "queries": MATCHED,
+            "keys": MATCHED,
+            "values": MATCHED,
+            "bandwidth": POSITIVE,
+            "kernel": NAME,
+        },
+    ),
     "attention_course.pooling.leave_one_out_mse": Case(
-        lambda: (pooling.leave_one_out_mse, dict(keys=randn(6), values=randn(6, seed=1),
-                                                 bandwidth=1.0, kernel="gaussian")),
-        {"keys": MATCHED, "values": MATCHED, "bandwidth": POSITIVE, "kernel": NAME}),
+        lambda: (
+            pooling.leave_one_out_mse,
+            dict(keys=randn(6), values=randn(6, seed=1), bandwidth=1.0, kernel="gaussian"),
+        ),
+        {"keys": MATCHED, "values": MATCHED, "bandwidth": POSITIVE, "kernel": NAME},
+    ),
     "attention_course.pooling.select_bandwidth": Case(
-        lambda: (pooling.select_bandwidth, dict(keys=randn(6), values=randn(6, seed=1),
-                                                bandwidths=[0.5, 1.0], kernel="gaussian")),
-        {"keys": MATCHED, "values": MATCHED, "bandwidths": BANDWIDTHS, "kernel": NAME}),
+        lambda: (
+            pooling.select_bandwidth,
+            dict(keys=randn(6), values=randn(6, seed=1), bandwidths=[0.5, 1.0], kernel="gaussian"),
+        ),
+        {"keys": MATCHED, "values": MATCHED, "bandwidths": BANDWIDTHS, "kernel": NAME},
+    ),
     "attention_course.pooling.KernelRegression": Case(
-        lambda: (pooling.KernelRegression, dict(keys=randn(6), values=randn(6, seed=1),
-                                                bandwidth=0.5, per_key=True)),
-        {"keys": MATCHED, "values": MATCHED, "bandwidth": POSITIVE}),
+        lambda: (
+            pooling.KernelRegression,
+            dict(keys=randn(6), values=randn(6, seed=1), bandwidth=0.5, per_key=True),
+        ),
+        {"keys": MATCHED, "values": MATCHED, "bandwidth": POSITIVE},
+    ),
     "attention_course.pooling.KernelRegression.forward": Case(
-        lambda: (pooling.KernelRegression(randn(6), randn(6, seed=1)),
-                 dict(queries=randn(4, seed=2), leave_one_out=False)),
-        {"queries": MATCHED}),
+        lambda: (
+            pooling.KernelRegression(randn(6), randn(6, seed=1)),
+            dict(queries=randn(4, seed=2), leave_one_out=False),
+        ),
+        {"queries": MATCHED},
+    ),
     # scoring
-    **{f"attention_course.scoring.{name}": Case(
-        lambda name=name: (getattr(scoring, name),
-                           dict(queries=randn(2, 3, 4), keys=randn(2, 5, 4, seed=1),
-                                temperature=0.5)),
-        {"queries": MATCHED, "keys": MATCHED, "temperature": POSITIVE})
-       for name in ("dot_product_scores", "scaled_dot_product_scores")},
+    **{
+        f"attention_course.scoring.{name}": Case(
+            lambda name=name: (
+                getattr(scoring, name),
+                dict(queries=randn(2, 3, 4), keys=randn(2, 5, 4, seed=1), temperature=0.5),
+            ),
+            {"queries": MATCHED, "keys": MATCHED, "temperature": POSITIVE},
+        )
+        for name in ("dot_product_scores", "scaled_dot_product_scores")
+    },
     "attention_course.scoring.cosine_scores": Case(
-        lambda: (scoring.cosine_scores, dict(queries=randn(3, 4), keys=randn(5, 4, seed=1),
-                                             temperature=0.5, eps=1e-6)),
-        {"queries": MATCHED, "keys": MATCHED, "temperature": POSITIVE, "eps": NON_NEGATIVE}),
+        lambda: (
+            scoring.cosine_scores,
+            dict(queries=randn(3, 4), keys=randn(5, 4, seed=1), temperature=0.5, eps=1e-6),
+        ),
+        {"queries": MATCHED, "keys": MATCHED, "temperature": POSITIVE, "eps": NON_NEGATIVE},
+    ),
     "attention_course.scoring.rbf_scores": Case(
-        lambda: (scoring.rbf_scores, dict(queries=randn(3, 4), keys=randn(5, 4, seed=1),
-                                          bandwidth=0.5)),
-        {"queries": MATCHED, "keys": MATCHED, "bandwidth": POSITIVE}),
+        lambda: (
+            scoring.rbf_scores,
+            dict(queries=randn(3, 4), keys=randn(5, 4, seed=1), bandwidth=0.5),
+        ),
+        {"queries": MATCHED, "keys": MATCHED, "bandwidth": POSITIVE},
+    ),
     "attention_course.scoring.soft_nearest_neighbours": Case(
-        lambda: (scoring.soft_nearest_neighbours,
-                 dict(queries=randn(3, 4), keys=randn(5, 4, seed=1), values=randn(5, 2, seed=2),
-                      similarity="rbf", options={"bandwidth": 0.5})),
+        lambda: (
+            scoring.soft_nearest_neighbours,
+            dict(
+                queries=randn(3, 4),
+                keys=randn(5, 4, seed=1),
+                values=randn(5, 2, seed=2),
+                similarity="rbf",
+                options={"bandwidth": 0.5},
+            ),
+        ),
         {"queries": MATCHED, "keys": MATCHED, "values": MATCHED, "similarity": NAME},
-        {"options": "passed on to the similarity function, which checks them"}),
+        {"options": "passed on to the similarity function, which checks them"},
+    ),
     # positions
     "attention_course.positions.sinusoidal_positional_encoding": Case(
-        lambda: (positions.sinusoidal_positional_encoding,
-                 dict(num_positions=5, dim=8, base=100.0, dtype=torch.float64)),
-        {"num_positions": COUNT, "dim": COUNT, "base": POSITIVE, "dtype": FLOAT_DTYPE}),
+        lambda: (
+            positions.sinusoidal_positional_encoding,
+            dict(num_positions=5, dim=8, base=100.0, dtype=torch.float64),
+        ),
+        {"num_positions": COUNT, "dim": COUNT, "base": POSITIVE, "dtype": FLOAT_DTYPE},
+    ),
     # data
     "attention_course.data.make_synthetic_regression": Case(
-        lambda: (data.make_synthetic_regression,
-                 dict(n_train=10, n_test=5, x_max=3.0, noise_std=0.1, seed=1)),
-        {"n_train": COUNT, "n_test": COUNT, "x_max": POSITIVE, "noise_std": NON_NEGATIVE,
-         "seed": SEED}),
+        lambda: (
+            data.make_synthetic_regression,
+            dict(n_train=10, n_test=5, x_max=3.0, noise_std=0.1, seed=1),
+        ),
+        {
+            "n_train": COUNT,
+            "n_test": COUNT,
+            "x_max": POSITIVE,
+            "noise_std": NON_NEGATIVE,
+            "seed": SEED,
+        },
+    ),
     "attention_course.data.split_data": Case(
-        lambda: (data.split_data, dict(x=randn(8), y=randn(8, seed=1), held_out_fraction=0.25,
-                                       seed=2)),
-        {"x": TENSOR, "y": TENSOR, "held_out_fraction": FRACTION, "seed": SEED}),
+        lambda: (
+            data.split_data,
+            dict(x=randn(8), y=randn(8, seed=1), held_out_fraction=0.25, seed=2),
+        ),
+        {"x": TENSOR, "y": TENSOR, "held_out_fraction": FRACTION, "seed": SEED},
+    ),
     "attention_course.data.target_function": Case(
         lambda: (data.target_function, dict(x=torch.linspace(0, 5, 7))),
-        {"x": ANY_FLOAT + [Bad("negative", lambda v: v - 10, ValueError)]}),
+        {"x": ANY_FLOAT + [Bad("negative", lambda v: v - 10, ValueError)]},
+    ),
     "attention_course.data.data_dir": Case(lambda: (data.data_dir, {}), {}),
     # plotting
     "attention_course.plotting.plot_attention": Case(
-        lambda: (closing_figures(plotting.plot_attention),
-                 dict(weights=torch.softmax(randn(2, 3, 4), -1), titles=["a", "b"])),
-        {"weights": ARRAY + [Bad("1-D", lambda v: v[0, 0], ValueError)]}, PLOT_OPTIONS),
+        lambda: (
+            closing_figures(plotting.plot_attention),
+            dict(weights=torch.softmax(randn(2, 3, 4), -1), titles=["a", "b"]),
+        ),
+        {"weights": ARRAY + [Bad("1-D", lambda v: v[0, 0], ValueError)]},
+        PLOT_OPTIONS,
+    ),
     "attention_course.plotting.plot_attention_schematic": Case(
-        lambda: (closing_figures(plotting.plot_attention_schematic),
-                 dict(weights=torch.tensor([0.25, 0.75]))),
+        lambda: (
+            closing_figures(plotting.plot_attention_schematic),
+            dict(weights=torch.tensor([0.25, 0.75])),
+        ),
         {"weights": ARRAY + [Bad("not summing to 1", lambda v: v * 2, ValueError)]},
-        PLOT_OPTIONS),
+        PLOT_OPTIONS,
+    ),
     "attention_course.plotting.plot_regression": Case(
-        lambda: (closing_figures(plotting.plot_regression),
-                 dict(x_train=randn(6), y_train=randn(6, seed=1), x_test=torch.linspace(0, 1, 5),
-                      predictions={"fit": torch.zeros(5)}, truth=torch.ones(5))),
-        {"x_train": ARRAY, "y_train": ARRAY, "x_test": ARRAY, "predictions": CURVES,
-         "truth": ARRAY}, PLOT_OPTIONS),
+        lambda: (
+            closing_figures(plotting.plot_regression),
+            dict(
+                x_train=randn(6),
+                y_train=randn(6, seed=1),
+                x_test=torch.linspace(0, 1, 5),
+                predictions={"fit": torch.zeros(5)},
+                truth=torch.ones(5),
+            ),
+        ),
+        {
+            "x_train": ARRAY,
+            "y_train": ARRAY,
+            "x_test": ARRAY,
+            "predictions": CURVES,
+            "truth": ARRAY,
+        },
+        PLOT_OPTIONS,
+    ),
     # pretrained.heads
     "attention_course.pretrained.heads.attention_layers": Case(
-        lambda: (heads.attention_layers, dict(model=tiny_decoder())), {"model": INSTANCE}),
+        lambda: (heads.attention_layers, dict(model=tiny_decoder())), {"model": INSTANCE}
+    ),
     "attention_course.pretrained.heads.ablated_heads": Case(
         lambda: (entered(heads.ablated_heads), dict(model=tiny_decoder(), heads=[(1, 0)])),
-        {"model": INSTANCE, "heads": HEAD_PAIRS}),
+        {"model": INSTANCE, "heads": HEAD_PAIRS},
+    ),
     "attention_course.pretrained.heads.attention_to": Case(
-        lambda: (heads.attention_to,
-                 dict(weights=[torch.softmax(randn(2, 3, 4, 4), -1)], targets=PREVIOUS_TOKEN,
-                      valid_lens=torch.tensor([4, 3]))),
-        {"weights": TENSOR_LIST, "targets": BOOL_MASK, "valid_lens": LENGTHS}),
+        lambda: (
+            heads.attention_to,
+            dict(
+                weights=[torch.softmax(randn(2, 3, 4, 4), -1)],
+                targets=PREVIOUS_TOKEN,
+                valid_lens=torch.tensor([4, 3]),
+            ),
+        ),
+        {"weights": TENSOR_LIST, "targets": BOOL_MASK, "valid_lens": LENGTHS},
+    ),
     # pretrained.minilm
     "attention_course.pretrained.minilm.EncoderConfig": Case(
         lambda: (minilm.EncoderConfig, dict(**TINY_ENCODER, num_segments=2, norm_eps=1e-12)),
-        {**{name: COUNT for name in TINY_ENCODER}, "num_segments": COUNT,
-         "norm_eps": NON_NEGATIVE}),
+        {**{name: COUNT for name in TINY_ENCODER}, "num_segments": COUNT, "norm_eps": NON_NEGATIVE},
+    ),
     "attention_course.pretrained.minilm.EncoderLayer": Case(
         lambda: (minilm.EncoderLayer, dict(config=minilm.EncoderConfig(**TINY_ENCODER))),
-        {"config": INSTANCE}),
+        {"config": INSTANCE},
+    ),
     "attention_course.pretrained.minilm.EncoderLayer.forward": Case(
-        lambda: (minilm.EncoderLayer(minilm.EncoderConfig(**TINY_ENCODER)),
-                 dict(x=randn(2, 3, 8), attn_mask=torch.ones(2, 1, 1, 3, dtype=torch.bool))),
-        {"x": MATCHED, "attn_mask": ATTN_MASK}),
+        lambda: (
+            minilm.EncoderLayer(minilm.EncoderConfig(**TINY_ENCODER)),
+            dict(x=randn(2, 3, 8), attn_mask=torch.ones(2, 1, 1, 3, dtype=torch.bool)),
+        ),
+        {"x": MATCHED, "attn_mask": ATTN_MASK},
+    ),
     "attention_course.pretrained.minilm.SentenceEncoder": Case(
         lambda: (minilm.SentenceEncoder, dict(config=minilm.EncoderConfig(**TINY_ENCODER))),
-        {"config": INSTANCE}),
+        {"config": INSTANCE},
+    ),
     "attention_course.pretrained.minilm.SentenceEncoder.embed_tokens": Case(
-        lambda: (tiny_encoder().embed_tokens, dict(ids=torch.tensor([[101, 7, 102]]))),
-        {"ids": IDS}),
-    **{f"attention_course.pretrained.minilm.SentenceEncoder.{name}": Case(
-        (lambda name=name: (tiny_encoder() if name == "forward"
-                            else getattr(tiny_encoder(), name),
-                            dict(ids=torch.tensor([[101, 7, 102], [101, 102, 0]]),
-                                 valid_lens=torch.tensor([3, 2])))),
-        {"ids": IDS, "valid_lens": LENGTHS})
-       for name in ("forward", "embed")},
+        lambda: (tiny_encoder().embed_tokens, dict(ids=torch.tensor([[101, 7, 102]]))), {"ids": IDS}
+    ),
+    **{
+        f"attention_course.pretrained.minilm.SentenceEncoder.{name}": Case(
+            (
+                lambda name=name: (
+                    tiny_encoder() if name == "forward" else getattr(tiny_encoder(), name),
+                    dict(
+                        ids=torch.tensor([[101, 7, 102], [101, 102, 0]]),
+                        valid_lens=torch.tensor([3, 2]),
+                    ),
+                )
+            ),
+            {"ids": IDS, "valid_lens": LENGTHS},
+        )
+        for name in ("forward", "embed")
+    },
     "attention_course.pretrained.minilm.course_state_dict": Case(
-        lambda: (minilm.course_state_dict,
-                 dict(bert={}, config=minilm.EncoderConfig(**TINY_ENCODER))),
+        lambda: (
+            minilm.course_state_dict,
+            dict(bert={}, config=minilm.EncoderConfig(**TINY_ENCODER)),
+        ),
         {"bert": MAPPING, "config": INSTANCE},
-        run_valid=False),  # needs a whole BERT checkpoint: test_pretrained converts one
+        run_valid=False,
+    ),  # needs a whole BERT checkpoint: test_pretrained converts one
     "attention_course.pretrained.minilm.mean_pool": Case(
         lambda: (minilm.mean_pool, dict(hidden=randn(2, 3, 4), valid_lens=torch.tensor([3, 1]))),
-        {"hidden": FLOAT, "valid_lens": LENGTHS}),
+        {"hidden": FLOAT, "valid_lens": LENGTHS},
+    ),
     "attention_course.pretrained.minilm.tokenize": Case(
-        lambda: (minilm.tokenize, dict(tokenizer=tokenizer(), sentences=["Hi there", "Cats."],
-                                       device=None)),
-        {"tokenizer": TOKENIZER, "sentences": SENTENCES}),
+        lambda: (
+            minilm.tokenize,
+            dict(tokenizer=tokenizer(), sentences=["Hi there", "Cats."], device=None),
+        ),
+        {"tokenizer": TOKENIZER, "sentences": SENTENCES},
+    ),
     "attention_course.pretrained.minilm.embed_sentences": Case(
-        lambda: (minilm.embed_sentences, dict(encoder=tiny_encoder(), tokenizer=tokenizer(),
-                                              sentences=["Hi there", "Cats."])),
-        {"encoder": INSTANCE, "tokenizer": TOKENIZER, "sentences": SENTENCES}),
+        lambda: (
+            minilm.embed_sentences,
+            dict(encoder=tiny_encoder(), tokenizer=tokenizer(), sentences=["Hi there", "Cats."]),
+        ),
+        {"encoder": INSTANCE, "tokenizer": TOKENIZER, "sentences": SENTENCES},
+    ),
     # pretrained.smollm2
     "attention_course.config.DecoderConfig": Case(
-        lambda: (config.DecoderConfig, {**dataclasses.asdict(tiny_decoder_config()),
-                                        "window": 4, "sinks": 1}),
-        {**{name: COUNT for name in ("vocab_size", "embed_dim", "num_layers", "num_heads",
-                                     "num_kv_heads", "hidden_dim")},
-         "context_length": optional(COUNT), "window": optional(COUNT), "sinks": COUNT_OR_ZERO,
-         "rope_base": BASE, "norm_eps": NON_NEGATIVE, "tie_embeddings": FLAG}),
+        lambda: (
+            config.DecoderConfig,
+            {**dataclasses.asdict(tiny_decoder_config()), "window": 4, "sinks": 1},
+        ),
+        {
+            **{
+                name: COUNT
+                for name in (
+                    "vocab_size",
+                    "embed_dim",
+                    "num_layers",
+                    "num_heads",
+                    "num_kv_heads",
+                    "hidden_dim",
+                )
+            },
+            "context_length": optional(COUNT),
+            "window": optional(COUNT),
+            "sinks": COUNT_OR_ZERO,
+            "rope_base": BASE,
+            "norm_eps": NON_NEGATIVE,
+            "tie_embeddings": FLAG,
+        },
+    ),
     "attention_course.pretrained.smollm2.chat_prompt": Case(
         lambda: (smollm2.chat_prompt, dict(message="Hi", system="Be brief.")),
-        {"message": TEXT, "system": TEXT}),
+        {"message": TEXT, "system": TEXT},
+    ),
     "attention_course.pretrained.smollm2.decoder_state_dict": Case(
-        lambda: (smollm2.decoder_state_dict, dict(weights=gguf_weights(tiny_decoder_config()),
-                                                  config=tiny_decoder_config())),
-        {"weights": MAPPING, "config": INSTANCE}),
+        lambda: (
+            smollm2.decoder_state_dict,
+            dict(weights=gguf_weights(tiny_decoder_config()), config=tiny_decoder_config()),
+        ),
+        {"weights": MAPPING, "config": INSTANCE},
+    ),
     "attention_course.rotary.interleaved_to_half_split": Case(
-        lambda: (rotary.interleaved_to_half_split,
-                 dict(weight=torch.arange(16.0).reshape(8, 2), num_heads=2)),
-        {"weight": TENSOR, "num_heads": COUNT}),
+        lambda: (
+            rotary.interleaved_to_half_split,
+            dict(weight=torch.arange(16.0).reshape(8, 2), num_heads=2),
+        ),
+        {"weight": TENSOR, "num_heads": COUNT},
+    ),
     # latent (chapter 15)
     "attention_course.latent.MultiHeadLatentAttention": Case(
-        lambda: (latent.MultiHeadLatentAttention,
-                 dict(embed_dim=16, num_heads=2, kv_rank=4, q_rank=6, head_dim=4, rope_dim=2,
-                      value_dim=3, base=100.0, norm_eps=1e-6)),
-        {"embed_dim": COUNT, "num_heads": COUNT, "kv_rank": COUNT, "q_rank": optional(COUNT),
-         "head_dim": optional(COUNT), "rope_dim": optional(COUNT), "value_dim": optional(COUNT),
-         "base": BASE, "norm_eps": NON_NEGATIVE}),
+        lambda: (
+            latent.MultiHeadLatentAttention,
+            dict(
+                embed_dim=16,
+                num_heads=2,
+                kv_rank=4,
+                q_rank=6,
+                head_dim=4,
+                rope_dim=2,
+                value_dim=3,
+                base=100.0,
+                norm_eps=1e-6,
+            ),
+        ),
+        {
+            "embed_dim": COUNT,
+            "num_heads": COUNT,
+            "kv_rank": COUNT,
+            "q_rank": optional(COUNT),
+            "head_dim": optional(COUNT),
+            "rope_dim": optional(COUNT),
+            "value_dim": optional(COUNT),
+            "base": BASE,
+            "norm_eps": NON_NEGATIVE,
+        },
+    ),
     "attention_course.latent.MultiHeadLatentAttention.forward": Case(
-        lambda: (tiny_latent_attention(),
-                 dict(x=randn(2, 3, 16), cache=latent.LatentCache(), absorb=True,
-                      attn_mask=torch.ones(2, 1, 3, 3, dtype=torch.bool))),
+        lambda: (
+            tiny_latent_attention(),
+            dict(
+                x=randn(2, 3, 16),
+                cache=latent.LatentCache(),
+                absorb=True,
+                attn_mask=torch.ones(2, 1, 3, 3, dtype=torch.bool),
+            ),
+        ),
         {"x": MATCHED, "cache": optional(INSTANCE), "attn_mask": ATTN_MASK},
-        {"absorb": "a flag: any truth value"}),
-    **{f"attention_course.latent.MultiHeadLatentAttention.{name}": Case(
-        (lambda name=name: (getattr(tiny_latent_attention(), name),
-                            dict(x=randn(2, 3, 16), positions=torch.tensor([4, 5, 6])))),
-        {"x": MATCHED, "positions": optional(INTEGERS)})
-       for name in ("project_latent", "project_queries")},
+        {"absorb": "a flag: any truth value"},
+    ),
+    **{
+        f"attention_course.latent.MultiHeadLatentAttention.{name}": Case(
+            (
+                lambda name=name: (
+                    getattr(tiny_latent_attention(), name),
+                    dict(x=randn(2, 3, 16), positions=torch.tensor([4, 5, 6])),
+                )
+            ),
+            {"x": MATCHED, "positions": optional(INTEGERS)},
+        )
+        for name in ("project_latent", "project_queries")
+    },
     "attention_course.latent.MultiHeadLatentAttention.expand": Case(
-        lambda: (tiny_latent_attention().expand, dict(latents=randn(2, 5, 4))),
-        {"latents": MATCHED}),
+        lambda: (tiny_latent_attention().expand, dict(latents=randn(2, 5, 4))), {"latents": MATCHED}
+    ),
     "attention_course.latent.MultiHeadLatentAttention.from_deepseek": Case(
-        lambda: (latent.MultiHeadLatentAttention.from_deepseek,
-                 dict(state_dict=deepseek_state_dict(), num_heads=2, interleaved=True,
-                      base=100.0, norm_eps=1e-6)),
+        lambda: (
+            latent.MultiHeadLatentAttention.from_deepseek,
+            dict(
+                state_dict=deepseek_state_dict(),
+                num_heads=2,
+                interleaved=True,
+                base=100.0,
+                norm_eps=1e-6,
+            ),
+        ),
         {"state_dict": MAPPING, "num_heads": COUNT, "base": BASE, "norm_eps": NON_NEGATIVE},
-        {"interleaved": "a flag: any truth value"}),
+        {"interleaved": "a flag: any truth value"},
+    ),
     "attention_course.latent.LatentCache": Case(lambda: (latent.LatentCache, {}), {}),
     "attention_course.latent.LatentCache.update": Case(
-        lambda: (latent.LatentCache().update,
-                 dict(latent=randn(1, 3, 4), rope_key=randn(1, 3, 2, seed=1))),
-        {"latent": MATCHED, "rope_key": MATCHED}),
+        lambda: (
+            latent.LatentCache().update,
+            dict(latent=randn(1, 3, 4), rope_key=randn(1, 3, 2, seed=1)),
+        ),
+        {"latent": MATCHED, "rope_key": MATCHED},
+    ),
     "attention_course.latent.latent_cache_bytes": Case(
-        lambda: (latent.latent_cache_bytes,
-                 dict(batch_size=1, seq_len=8, num_layers=2, kv_rank=4, rope_dim=2,
-                      bytes_per_element=2)),
-        {name: COUNT for name in ("batch_size", "seq_len", "num_layers", "kv_rank",
-                                  "rope_dim", "bytes_per_element")}),
+        lambda: (
+            latent.latent_cache_bytes,
+            dict(batch_size=1, seq_len=8, num_layers=2, kv_rank=4, rope_dim=2, bytes_per_element=2),
+        ),
+        {
+            name: COUNT
+            for name in (
+                "batch_size",
+                "seq_len",
+                "num_layers",
+                "kv_rank",
+                "rope_dim",
+                "bytes_per_element",
+            )
+        },
+    ),
     # sparse (chapter 17)
     "attention_course.sparse.LightningIndexer": Case(
-        lambda: (sparse.LightningIndexer,
-                 dict(embed_dim=16, q_rank=6, num_heads=2, head_dim=4, rope_dim=2, base=100.0)),
-        {"embed_dim": COUNT, "q_rank": COUNT, "num_heads": COUNT, "head_dim": COUNT,
-         "rope_dim": COUNT, "base": BASE}),
+        lambda: (
+            sparse.LightningIndexer,
+            dict(embed_dim=16, q_rank=6, num_heads=2, head_dim=4, rope_dim=2, base=100.0),
+        ),
+        {
+            "embed_dim": COUNT,
+            "q_rank": COUNT,
+            "num_heads": COUNT,
+            "head_dim": COUNT,
+            "rope_dim": COUNT,
+            "base": BASE,
+        },
+    ),
     "attention_course.sparse.LightningIndexer.forward": Case(
-        lambda: (tiny_indexer(), dict(x=randn(2, 3, 16), q_latent=randn(2, 3, 6, seed=1),
-                                      positions=torch.tensor([4, 5, 6]))),
-        {"x": MATCHED, "q_latent": MATCHED, "positions": optional(INTEGERS)}),
+        lambda: (
+            tiny_indexer(),
+            dict(
+                x=randn(2, 3, 16),
+                q_latent=randn(2, 3, 6, seed=1),
+                positions=torch.tensor([4, 5, 6]),
+            ),
+        ),
+        {"x": MATCHED, "q_latent": MATCHED, "positions": optional(INTEGERS)},
+    ),
     "attention_course.sparse.LightningIndexer.from_deepseek": Case(
-        lambda: (sparse.LightningIndexer.from_deepseek,
-                 dict(state_dict=deepseek_indexer_state_dict(), rope_dim=2, base=100.0)),
-        {"state_dict": MAPPING, "rope_dim": COUNT, "base": BASE}),
+        lambda: (
+            sparse.LightningIndexer.from_deepseek,
+            dict(state_dict=deepseek_indexer_state_dict(), rope_dim=2, base=100.0),
+        ),
+        {"state_dict": MAPPING, "rope_dim": COUNT, "base": BASE},
+    ),
     "attention_course.sparse.top_k_mask": Case(
         lambda: (sparse.top_k_mask, dict(index_scores=randn(2, 3, 4), k=2)),
-        {"index_scores": FLOAT, "k": COUNT}),
+        {"index_scores": FLOAT, "k": COUNT},
+    ),
     "attention_course.sparse.DeepSeekSparseAttention": Case(
-        lambda: (sparse.DeepSeekSparseAttention,
-                 dict(embed_dim=16, num_heads=2, kv_rank=4, q_rank=6, top_k=2, index_heads=2,
-                      index_head_dim=4, head_dim=4, rope_dim=2, value_dim=3, base=100.0,
-                      norm_eps=1e-6)),
-        {"embed_dim": COUNT, "num_heads": COUNT, "kv_rank": COUNT, "q_rank": COUNT,
-         "top_k": COUNT, "index_heads": COUNT, "index_head_dim": COUNT,
-         "head_dim": optional(COUNT), "rope_dim": optional(COUNT), "value_dim": optional(COUNT),
-         "base": BASE, "norm_eps": NON_NEGATIVE}),
+        lambda: (
+            sparse.DeepSeekSparseAttention,
+            dict(
+                embed_dim=16,
+                num_heads=2,
+                kv_rank=4,
+                q_rank=6,
+                top_k=2,
+                index_heads=2,
+                index_head_dim=4,
+                head_dim=4,
+                rope_dim=2,
+                value_dim=3,
+                base=100.0,
+                norm_eps=1e-6,
+            ),
+        ),
+        {
+            "embed_dim": COUNT,
+            "num_heads": COUNT,
+            "kv_rank": COUNT,
+            "q_rank": COUNT,
+            "top_k": COUNT,
+            "index_heads": COUNT,
+            "index_head_dim": COUNT,
+            "head_dim": optional(COUNT),
+            "rope_dim": optional(COUNT),
+            "value_dim": optional(COUNT),
+            "base": BASE,
+            "norm_eps": NON_NEGATIVE,
+        },
+    ),
     "attention_course.sparse.DeepSeekSparseAttention.forward": Case(
         lambda: (tiny_sparse_attention(), dict(x=randn(2, 3, 16), absorb=True)),
-        {"x": MATCHED}, {"absorb": "a flag: any truth value"}),
+        {"x": MATCHED},
+        {"absorb": "a flag: any truth value"},
+    ),
     "attention_course.sparse.DeepSeekSparseAttention.index_scores": Case(
-        lambda: (tiny_sparse_attention().index_scores, dict(x=randn(2, 3, 16))),
-        {"x": MATCHED}),
+        lambda: (tiny_sparse_attention().index_scores, dict(x=randn(2, 3, 16))), {"x": MATCHED}
+    ),
     "attention_course.sparse.DeepSeekSparseAttention.from_deepseek": Case(
-        lambda: (sparse.DeepSeekSparseAttention.from_deepseek,
-                 dict(state_dict=deepseek_v32_state_dict(), num_heads=2, top_k=2,
-                      interleaved=True, base=100.0, norm_eps=1e-6)),
-        {"state_dict": MAPPING, "num_heads": COUNT, "top_k": COUNT, "base": BASE,
-         "norm_eps": NON_NEGATIVE},
-        {"interleaved": "a flag: any truth value"}),
+        lambda: (
+            sparse.DeepSeekSparseAttention.from_deepseek,
+            dict(
+                state_dict=deepseek_v32_state_dict(),
+                num_heads=2,
+                top_k=2,
+                interleaved=True,
+                base=100.0,
+                norm_eps=1e-6,
+            ),
+        ),
+        {
+            "state_dict": MAPPING,
+            "num_heads": COUNT,
+            "top_k": COUNT,
+            "base": BASE,
+            "norm_eps": NON_NEGATIVE,
+        },
+        {"interleaved": "a flag: any truth value"},
+    ),
     # costs (chapter 17)
     "attention_course.costs.hybrid_cache_bytes": Case(
-        lambda: (costs.hybrid_cache_bytes,
-                 dict(layer_types=["sliding_attention", "full_attention"], seq_len=8,
-                      window=4, num_kv_heads=2, head_dim=8, batch_size=1,
-                      bytes_per_element=2)),
-        {"layer_types": LAYER_TYPES, "window": optional(COUNT),
-         **{name: COUNT for name in ("seq_len", "num_kv_heads", "head_dim", "batch_size",
-                                     "bytes_per_element")}}),
+        lambda: (
+            costs.hybrid_cache_bytes,
+            dict(
+                layer_types=["sliding_attention", "full_attention"],
+                seq_len=8,
+                window=4,
+                num_kv_heads=2,
+                head_dim=8,
+                batch_size=1,
+                bytes_per_element=2,
+            ),
+        ),
+        {
+            "layer_types": LAYER_TYPES,
+            "window": optional(COUNT),
+            **{
+                name: COUNT
+                for name in (
+                    "seq_len",
+                    "num_kv_heads",
+                    "head_dim",
+                    "batch_size",
+                    "bytes_per_element",
+                )
+            },
+        },
+    ),
     "attention_course.costs.attention_costs": Case(
-        lambda: (costs.attention_costs,
-                 dict(config=duck_typed_config(), seq_len=8, bytes_per_element=2,
-                      state_bytes_per_element=4, mla_path="absorbed")),
-        {"config": CONFIG, "seq_len": COUNT, "bytes_per_element": COUNT,
-         "state_bytes_per_element": COUNT, "mla_path": NAME}),
+        lambda: (
+            costs.attention_costs,
+            dict(
+                config=duck_typed_config(),
+                seq_len=8,
+                bytes_per_element=2,
+                state_bytes_per_element=4,
+                mla_path="absorbed",
+            ),
+        ),
+        {
+            "config": CONFIG,
+            "seq_len": COUNT,
+            "bytes_per_element": COUNT,
+            "state_bytes_per_element": COUNT,
+            "mla_path": NAME,
+        },
+    ),
     # linear (chapter 16)
     "attention_course.linear.linear_attention": Case(
-        lambda: (linear.linear_attention,
-                 dict(**qkv(n_q=5, d_v=3), feature_map="elu", causal=True, normalize=True,
-                      log_decay=-randn(2, 5, seed=3).abs(), chunk_size=2)),
-        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "feature_map": NAME,
-         "log_decay": optional(MATCHED), "chunk_size": optional(COUNT)},
-        {"causal": "a flag: any truth value", "normalize": "a flag: any truth value"}),
+        lambda: (
+            linear.linear_attention,
+            dict(
+                **qkv(n_q=5, d_v=3),
+                feature_map="elu",
+                causal=True,
+                normalize=True,
+                log_decay=-randn(2, 5, seed=3).abs(),
+                chunk_size=2,
+            ),
+        ),
+        {
+            "query": MATCHED,
+            "key": MATCHED,
+            "value": MATCHED,
+            "feature_map": NAME,
+            "log_decay": optional(MATCHED),
+            "chunk_size": optional(COUNT),
+        },
+        {"causal": "a flag: any truth value", "normalize": "a flag: any truth value"},
+    ),
     "attention_course.linear.delta_rule": Case(
-        lambda: (linear.delta_rule,
-                 dict(**qkv(n_q=5, d_v=3), beta=randn(2, 5, seed=3).sigmoid(),
-                      log_decay=-randn(2, 5, 4, seed=4).abs(), chunk_size=2,
-                      initial_state=randn(2, 4, 3, seed=5))),
-        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "beta": MATCHED,
-         "log_decay": optional(MATCHED), "chunk_size": optional(COUNT),
-         "initial_state": optional(MATCHED)}),
+        lambda: (
+            linear.delta_rule,
+            dict(
+                **qkv(n_q=5, d_v=3),
+                beta=randn(2, 5, seed=3).sigmoid(),
+                log_decay=-randn(2, 5, 4, seed=4).abs(),
+                chunk_size=2,
+                initial_state=randn(2, 4, 3, seed=5),
+            ),
+        ),
+        {
+            "query": MATCHED,
+            "key": MATCHED,
+            "value": MATCHED,
+            "beta": MATCHED,
+            "log_decay": optional(MATCHED),
+            "chunk_size": optional(COUNT),
+            "initial_state": optional(MATCHED),
+        },
+    ),
     # sinks (chapter 17)
     "attention_course.sinks.sink_softmax": Case(
         lambda: (sinks.sink_softmax, dict(scores=randn(2, 3, 4, 5), sinks=randn(3, seed=1))),
-        {"scores": MATCHED, "sinks": MATCHED}),
+        {"scores": MATCHED, "sinks": MATCHED},
+    ),
     "attention_course.sinks.sink_attention": Case(
-        lambda: (sinks.sink_attention,
-                 dict(query=randn(2, 4, 3, 5), key=randn(2, 2, 6, 5, seed=1),
-                      value=randn(2, 2, 6, 7, seed=2), sinks=randn(4, seed=3),
-                      attn_mask=torch.ones(3, 6, dtype=torch.bool), is_causal=False,
-                      scale=0.5)),
-        {"query": MATCHED, "key": MATCHED, "value": MATCHED, "sinks": MATCHED,
-         "attn_mask": ATTN_MASK, "scale": optional(NUMBER)}),
+        lambda: (
+            sinks.sink_attention,
+            dict(
+                query=randn(2, 4, 3, 5),
+                key=randn(2, 2, 6, 5, seed=1),
+                value=randn(2, 2, 6, 7, seed=2),
+                sinks=randn(4, seed=3),
+                attn_mask=torch.ones(3, 6, dtype=torch.bool),
+                is_causal=False,
+                scale=0.5,
+            ),
+        ),
+        {
+            "query": MATCHED,
+            "key": MATCHED,
+            "value": MATCHED,
+            "sinks": MATCHED,
+            "attn_mask": ATTN_MASK,
+            "scale": optional(NUMBER),
+        },
+    ),
 }
 
-LOADER = ("reads one of the course's files (no tensor input): a missing file raises "
-          "FileNotFoundError, a changed one ValueError (test_data, test_pretrained, "
-          "test_smollm2)")
+LOADER = (
+    "reads one of the course's files (no tensor input): a missing file raises "
+    "FileNotFoundError, a changed one ValueError (test_data, test_pretrained, "
+    "test_smollm2)"
+)
 EXEMPT = {
     "attention_course.checks": "checks take the learner's function (any callable) and report "
-                               "every failure, theirs or the input's, as CheckFailed "
-                               "(tests/checks)",
+    "every failure, theirs or the input's, as CheckFailed "
+    "(tests/checks)",
     "attention_course.data.RegressionData": "a NamedTuple record of four tensors; "
-                                            "make_synthetic_regression fills it",
+    "make_synthetic_regression fills it",
     "attention_course.costs.AttentionCosts": "a frozen dataclass record of numbers; "
-                                             "attention_costs fills it (test_costs)",
+    "attention_costs fills it (test_costs)",
     "attention_course.pretrained.minilm.TokenBatch": "a dataclass record the tokenizer fills; "
-                                                     "the encoder checks its ids and lengths",
+    "the encoder checks its ids and lengths",
     "attention_course.data.load_deepseek_reference": LOADER,
-    **{f"attention_course.data.{name}": LOADER
-       for name in ("load_mcycle", "load_zen_of_python", "load_execution_model",
-                    "load_minilm_reference", "load_smollm2_reference",
-                    "load_seq2seq_long_training")},
-    **{f"attention_course.pretrained.minilm.{name}": LOADER
-       for name in ("model_folder", "load_tokenizer", "load_minilm",
-                    "EncoderConfig.from_json", "SentenceEncoder.from_safetensors")},
-    **{f"attention_course.pretrained.smollm2.{name}": LOADER
-       for name in ("gguf_path", "read_gguf", "metadata", "dequantized", "load_gguf_tokenizer",
-                    "load_smollm2")},
+    **{
+        f"attention_course.data.{name}": LOADER
+        for name in (
+            "load_mcycle",
+            "load_zen_of_python",
+            "load_execution_model",
+            "load_minilm_reference",
+            "load_smollm2_reference",
+            "load_seq2seq_long_training",
+        )
+    },
+    **{
+        f"attention_course.pretrained.minilm.{name}": LOADER
+        for name in (
+            "model_folder",
+            "load_tokenizer",
+            "load_minilm",
+            "EncoderConfig.from_json",
+            "SentenceEncoder.from_safetensors",
+        )
+    },
+    **{
+        f"attention_course.pretrained.smollm2.{name}": LOADER
+        for name in (
+            "gguf_path",
+            "read_gguf",
+            "metadata",
+            "dequantized",
+            "load_gguf_tokenizer",
+            "load_smollm2",
+        )
+    },
     "attention_course.config.DecoderConfig.from_gguf": LOADER,
 }
 
@@ -885,7 +1530,8 @@ def public_modules():
 def home_is_public(obj):
     home = getattr(obj, "__module__", None) or ""
     return home.startswith("attention_course") and not any(
-        part.startswith("_") for part in home.split("."))
+        part.startswith("_") for part in home.split(".")
+    )
 
 
 def public_callables():
@@ -905,8 +1551,8 @@ def public_callables():
             if inspect.isclass(obj):
                 for attribute, value in vars(obj).items():
                     if not attribute.startswith("_") and (
-                            inspect.isfunction(value)
-                            or isinstance(value, (classmethod, staticmethod))):
+                        inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod))
+                    ):
                         found[f"{qualified}.{attribute}"] = getattr(obj, attribute)
     return found
 
@@ -933,9 +1579,11 @@ def test_every_name_in_all_is_walked():
 
 def test_every_public_callable_is_registered():
     missing = sorted(name for name in PUBLIC if name not in REGISTRY and not exemption(name))
-    assert not missing, ("public callables without an entry in tests/test_contract.py: add each "
-                         f"to REGISTRY (a valid call, the kind of each argument) or, with the "
-                         f"reason, to EXEMPT: {missing}")
+    assert not missing, (
+        "public callables without an entry in tests/test_contract.py: add each "
+        f"to REGISTRY (a valid call, the kind of each argument) or, with the "
+        f"reason, to EXEMPT: {missing}"
+    )
     stale = sorted(set(REGISTRY) - set(PUBLIC))
     assert not stale, f"REGISTRY entries for names that are not public callables: {stale}"
 
@@ -950,11 +1598,15 @@ def parameters(qualified):
 @pytest.mark.parametrize("qualified", sorted(REGISTRY))
 def test_every_parameter_has_a_kind(qualified):
     case = REGISTRY[qualified]
-    unclassified = [name for name in parameters(qualified)
-                    if name not in case.kinds and name not in case.unchecked
-                    and name not in UNCHECKED]
-    assert not unclassified, (f"{qualified}: give each parameter a kind of bad input in "
-                              f"REGISTRY, or say why it is unchecked: {unclassified}")
+    unclassified = [
+        name
+        for name in parameters(qualified)
+        if name not in case.kinds and name not in case.unchecked and name not in UNCHECKED
+    ]
+    assert not unclassified, (
+        f"{qualified}: give each parameter a kind of bad input in "
+        f"REGISTRY, or say why it is unchecked: {unclassified}"
+    )
     assert set(case.kinds) <= set(parameters(qualified)), qualified
 
 
@@ -963,7 +1615,7 @@ def call(function, arguments):
     arguments = dict(arguments)
     args = arguments.pop("args", ())
     extra = {**arguments.pop("kwargs", {}), **arguments.pop("options", {})}
-    leading = []                                     # the parameters before *args
+    leading = []  # the parameters before *args
     if args:
         for parameter in inspect.signature(function).parameters.values():
             if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
@@ -972,22 +1624,27 @@ def call(function, arguments):
     return function(*leading, *args, **arguments, **extra)
 
 
-@pytest.mark.parametrize("qualified", sorted(name for name, case in REGISTRY.items()
-                                             if case.run_valid))
+@pytest.mark.parametrize(
+    "qualified", sorted(name for name, case in REGISTRY.items() if case.run_valid)
+)
 def test_the_valid_example_runs(qualified):
     function, arguments = REGISTRY[qualified].build()
     call(function, arguments)
 
 
-BAD_CALLS = [(qualified, parameter, bad)
-             for qualified, case in sorted(REGISTRY.items())
-             for parameter, bad_values in case.kinds.items()
-             for bad in bad_values]
+BAD_CALLS = [
+    (qualified, parameter, bad)
+    for qualified, case in sorted(REGISTRY.items())
+    for parameter, bad_values in case.kinds.items()
+    for bad in bad_values
+]
 
 
-@pytest.mark.parametrize("qualified, parameter, bad", BAD_CALLS,
-                         ids=[f"{q.removeprefix('attention_course.')}-{p}-{b.label}"
-                              for q, p, b in BAD_CALLS])
+@pytest.mark.parametrize(
+    "qualified, parameter, bad",
+    BAD_CALLS,
+    ids=[f"{q.removeprefix('attention_course.')}-{p}-{b.label}" for q, p, b in BAD_CALLS],
+)
 def test_bad_input_raises_naming_the_argument(qualified, parameter, bad):
     function, arguments = REGISTRY[qualified].build()
     arguments = dict(arguments)
@@ -997,9 +1654,11 @@ def test_bad_input_raises_naming_the_argument(qualified, parameter, bad):
     error = raised.value
     assert type(error) is bad.error, (
         f"{bad.label} {parameter}: expected {bad.error.__name__}, got "
-        f"{type(error).__name__}: {error}")
+        f"{type(error).__name__}: {error}"
+    )
     assert re.search(rf"(?<![\w]){re.escape(parameter)}(?![\w])", str(error)), (
-        f"{bad.label} {parameter}: the message does not name {parameter!r}: {error}")
+        f"{bad.label} {parameter}: the message does not name {parameter!r}: {error}"
+    )
 
 
 def test_exemptions_are_for_names_that_exist():
@@ -1016,8 +1675,11 @@ def nan_rows(tensor):
 
 
 def qkv_with_nan(where, index, dtype=torch.float64):
-    q, k, v = randn(2, 5, 4, dtype=dtype), randn(2, 6, 4, dtype=dtype, seed=1), randn(
-        2, 6, 3, dtype=dtype, seed=2)
+    q, k, v = (
+        randn(2, 5, 4, dtype=dtype),
+        randn(2, 6, 4, dtype=dtype, seed=1),
+        randn(2, 6, 3, dtype=dtype, seed=2),
+    )
     {"query": q, "key": k, "value": v}[where][0, index, 0] = math.nan
     return q, k, v
 
@@ -1030,7 +1692,7 @@ def test_a_nan_input_propagates_as_in_pytorch(where, index):
     tiled_output, _ = ac.flash_attention(q, k, v, block_size=2)
     assert torch.equal(nan_rows(ours), nan_rows(theirs))
     assert torch.equal(nan_rows(tiled_output), nan_rows(theirs))
-    assert nan_rows(ours)[1].logical_not().all()          # the other sequence is untouched
+    assert nan_rows(ours)[1].logical_not().all()  # the other sequence is untouched
     expected_rows = {"query": [index], "key": range(5), "value": range(5)}[where]
     assert nan_rows(ours)[0].nonzero().flatten().tolist() == list(expected_rows)
 
@@ -1047,7 +1709,7 @@ def test_a_blocked_key_is_never_read():
     scores[0, :, 3] = math.nan
     weights = ac.masked_softmax(scores, torch.tensor([3, 4]))
     assert torch.isfinite(weights[0]).all() and nan_rows(weights)[1].logical_not().all()
-    assert nan_rows(ac.masked_softmax(scores))[0].all()        # read, it propagates
+    assert nan_rows(ac.masked_softmax(scores))[0].all()  # read, it propagates
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf])
@@ -1071,20 +1733,22 @@ def test_minus_inf_in_a_float_mask_blocks_and_a_fully_blocked_row_is_zero():
     output, weights = ac.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     assert (output[:, 1] == 0).all() and (weights[:, 1] == 0).all()
     assert (weights[:, 2, :3] == 0).all()
-    torch.testing.assert_close(output[:, [0, 2, 3, 4]],
-                               F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-                               [:, [0, 2, 3, 4]])
+    torch.testing.assert_close(
+        output[:, [0, 2, 3, 4]],
+        F.scaled_dot_product_attention(q, k, v, attn_mask=bias)[:, [0, 2, 3, 4]],
+    )
     output.sum().backward()
     assert torch.isfinite(q.grad).all()
 
 
 def test_numbers_passed_as_arguments_are_checked_for_nan():
-    for call_with_nan in (lambda: ac.nadaraya_watson(randn(3), randn(4), randn(4), math.nan),
-                          lambda: ac.scaled_dot_product_attention(**qkv(), scale=math.nan),
-                          lambda: ac.dot_product_scores(randn(2, 3), randn(4, 3), math.nan),
-                          lambda: ac.apply_rotary(randn(3, 4), base=math.nan),
-                          lambda: ac.masked_softmax(randn(2, 3, 4),
-                                                    torch.tensor([1.0, math.nan]))):
+    for call_with_nan in (
+        lambda: ac.nadaraya_watson(randn(3), randn(4), randn(4), math.nan),
+        lambda: ac.scaled_dot_product_attention(**qkv(), scale=math.nan),
+        lambda: ac.dot_product_scores(randn(2, 3), randn(4, 3), math.nan),
+        lambda: ac.apply_rotary(randn(3, 4), base=math.nan),
+        lambda: ac.masked_softmax(randn(2, 3, 4), torch.tensor([1.0, math.nan])),
+    ):
         with pytest.raises(ValueError):
             call_with_nan()
 
@@ -1101,11 +1765,14 @@ def test_nan_is_not_checked_inside_tensors():
 
 def test_the_contract_is_documented_beside_the_package():
     contract = (pathlib.Path(ac.__file__).with_name("CONTRACT.md")).read_text()
-    for phrase in ("TypeError naming the argument", "ValueError naming the argument",
-                   "Fully masked rows", "NaN and infinities inside tensors are not checked"):
+    for phrase in (
+        "TypeError naming the argument",
+        "ValueError naming the argument",
+        "Fully masked rows",
+        "NaN and infinities inside tensors are not checked",
+    ):
         assert phrase in contract, phrase
     assert "CONTRACT.md" in ac.__doc__
-
 
 
 # ------------------------------------------------------------------ checked once on every path
@@ -1122,11 +1789,15 @@ def checks_made(function, arguments):
 
     def profile(frame, event, arg):
         code = frame.f_code
-        if (event == "call" and code.co_filename == SHAPES_FILE
-                and code.co_name.startswith(("require_", "check_"))
-                and frame.f_back is not None and frame.f_back.f_code.co_filename != SHAPES_FILE):
+        if (
+            event == "call"
+            and code.co_filename == SHAPES_FILE
+            and code.co_name.startswith(("require_", "check_"))
+            and frame.f_back is not None
+            and frame.f_back.f_code.co_filename != SHAPES_FILE
+        ):
             values = frame.f_locals
-            if not code.co_argcount:                  # require_same_dtype(name, t, name, t...)
+            if not code.co_argcount:  # require_same_dtype(name, t, name, t...)
                 named = values[code.co_varnames[0]]
                 made.append((code.co_name, named[::2], tuple(map(id, named[1::2]))))
                 return
@@ -1143,8 +1814,9 @@ def checks_made(function, arguments):
     return made
 
 
-@pytest.mark.parametrize("qualified", sorted(name for name, case in REGISTRY.items()
-                                             if case.run_valid))
+@pytest.mark.parametrize(
+    "qualified", sorted(name for name, case in REGISTRY.items() if case.run_valid)
+)
 def test_no_argument_is_checked_twice_on_one_path(qualified):
     """Check once, at the door: a valid call checks each (argument, value) at most once, however
     many layers it passes through (a model's layers, a kernel, the helper a door calls)."""
@@ -1161,15 +1833,23 @@ def test_no_argument_is_checked_twice_on_one_path(qualified):
 # test_a_decay_that_closes_the_gate_gives_the_formulas_finite_answer)
 
 # (weight, a wrong shape that leaves the sizes read from the other weights as they are)
-WRONG_DEEPSEEK_SHAPES = [("kv_a_proj_with_mqa.weight", (6, 15)), ("kv_b_proj.weight", (14, 5)),
-                         ("o_proj.weight", (16, 7)), ("q_a_proj.weight", (6, 15)),
-                         ("q_a_proj.weight", (5, 16)), ("q_b_proj.weight", (12, 7))]
+WRONG_DEEPSEEK_SHAPES = [
+    ("kv_a_proj_with_mqa.weight", (6, 15)),
+    ("kv_b_proj.weight", (14, 5)),
+    ("o_proj.weight", (16, 7)),
+    ("q_a_proj.weight", (6, 15)),
+    ("q_a_proj.weight", (5, 16)),
+    ("q_b_proj.weight", (12, 7)),
+]
 
 
 def full_rank_query_state_dict():
     """deepseek_state_dict without a query latent: q_proj (2 * 6, 16)."""
-    state = {name: tensor for name, tensor in deepseek_state_dict().items()
-             if not name.startswith(("q_a_", "q_b_"))}
+    state = {
+        name: tensor
+        for name, tensor in deepseek_state_dict().items()
+        if not name.startswith(("q_a_", "q_b_"))
+    }
     return {**state, "q_proj.weight": randn(12, 16)}
 
 
@@ -1195,14 +1875,19 @@ def test_sparse_from_deepseek_names_a_weight_of_the_wrong_shape(name, shape):
     assert str(right) in str(raised.value)
 
 
-@pytest.mark.parametrize("model_type, layer_types", [
-    ("gpt_oss", ["sliding_attention", "full_attention", "sliding_attention"]),
-    ("gpt_oss", ["sliding_attention"]),
-    ("gpt_oss", []),
-    ("qwen3_next", ["linear_attention"]),
-    ("qwen3_next", [])])
-def test_attention_costs_refuses_layer_types_that_disagree_with_the_layer_count(model_type,
-                                                                                layer_types):
+@pytest.mark.parametrize(
+    "model_type, layer_types",
+    [
+        ("gpt_oss", ["sliding_attention", "full_attention", "sliding_attention"]),
+        ("gpt_oss", ["sliding_attention"]),
+        ("gpt_oss", []),
+        ("qwen3_next", ["linear_attention"]),
+        ("qwen3_next", []),
+    ],
+)
+def test_attention_costs_refuses_layer_types_that_disagree_with_the_layer_count(
+    model_type, layer_types
+):
     """transformers' own configs refuse them (layer_type_validation); an empty list would
     count zero layers."""
     config = duck_typed_config()
@@ -1215,6 +1900,9 @@ def test_every_public_definition_names_its_chapter():
     """d2l's back-link: every public definition's docstring ends with the chapter that teaches
     it ("Chapter 11." or "Chapters 8-9."), so that a learner who meets it later finds it."""
     ending = re.compile(r"Chapters? \d+[^\n]*\.$")
-    missing = sorted(name for name, obj in PUBLIC.items()
-                     if not ending.search((inspect.getdoc(obj) or "").strip()))
+    missing = sorted(
+        name
+        for name, obj in PUBLIC.items()
+        if not ending.search((inspect.getdoc(obj) or "").strip())
+    )
     assert not missing, f"{len(missing)} docstrings without their chapter: {missing}"

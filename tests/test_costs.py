@@ -142,69 +142,125 @@ qwen3_next = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_
 kimi_linear = pytest.importorskip("transformers.models.kimi_linear.modeling_kimi_linear")
 
 aten = torch.ops.aten
-WINDOW = 5          # the tiny models' sliding window, smaller than the prompts
-COMMON = dict(vocab_size=50, hidden_size=32, intermediate_size=48, num_attention_heads=4,
-              attn_implementation="eager")
-MLA = dict(num_key_value_heads=4, kv_lora_rank=12, qk_rope_head_dim=4, qk_nope_head_dim=6,
-           v_head_dim=5, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
+WINDOW = 5  # the tiny models' sliding window, smaller than the prompts
+COMMON = dict(
+    vocab_size=50,
+    hidden_size=32,
+    intermediate_size=48,
+    num_attention_heads=4,
+    attn_implementation="eager",
+)
+MLA = dict(
+    num_key_value_heads=4,
+    kv_lora_rank=12,
+    qk_rope_head_dim=4,
+    qk_nope_head_dim=6,
+    v_head_dim=5,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=16,
+)
 DEEPSEEK = dict(MLA, q_lora_rank=10, n_group=2, topk_group=1, first_k_dense_replace=1)
-TOP_K = 7           # the tiny DSA's index_topk
+TOP_K = 7  # the tiny DSA's index_topk
 
 
 def tiny_config(family):
     """A tiny transformers config of each family, with its real layer pattern."""
     made = {
-        "llama": lambda: transformers.LlamaConfig(num_hidden_layers=2, num_key_value_heads=2,
-                                                  **COMMON),
+        "llama": lambda: transformers.LlamaConfig(
+            num_hidden_layers=2, num_key_value_heads=2, **COMMON
+        ),
         # layers i >= max_window_layers slide: full, full, sliding, sliding
         "qwen3": lambda: transformers.Qwen3Config(
-            num_hidden_layers=4, num_key_value_heads=2, head_dim=8, use_sliding_window=True,
-            sliding_window=WINDOW, max_window_layers=2, **COMMON),
+            num_hidden_layers=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            use_sliding_window=True,
+            sliding_window=WINDOW,
+            max_window_layers=2,
+            **COMMON,
+        ),
         # five sliding layers, then a full one
         "gemma3_text": lambda: transformers.Gemma3TextConfig(
-            num_hidden_layers=6, num_key_value_heads=2, head_dim=8, sliding_window=WINDOW,
-            **COMMON),
+            num_hidden_layers=6, num_key_value_heads=2, head_dim=8, sliding_window=WINDOW, **COMMON
+        ),
         # sliding and full alternately
         "gpt_oss": lambda: transformers.GptOssConfig(
-            num_hidden_layers=4, num_key_value_heads=2, head_dim=8, sliding_window=WINDOW,
-            num_local_experts=4, num_experts_per_tok=2, **COMMON),
-        "deepseek_v3": lambda: transformers.DeepseekV3Config(num_hidden_layers=2, **DEEPSEEK,
-                                                             **COMMON),
+            num_hidden_layers=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            sliding_window=WINDOW,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            **COMMON,
+        ),
+        "deepseek_v3": lambda: transformers.DeepseekV3Config(
+            num_hidden_layers=2, **DEEPSEEK, **COMMON
+        ),
         "deepseek_v32": lambda: transformers.DeepseekV32Config(
-            num_hidden_layers=2, index_topk=TOP_K, index_head_dim=8, index_n_heads=3,
-            **DEEPSEEK, **COMMON),
+            num_hidden_layers=2,
+            index_topk=TOP_K,
+            index_head_dim=8,
+            index_n_heads=3,
+            **DEEPSEEK,
+            **COMMON,
+        ),
         # three linear layers, then a full one; two query-key heads serve four value heads
         "qwen3_next": lambda: transformers.Qwen3NextConfig(
-            num_hidden_layers=4, num_key_value_heads=2, head_dim=8, linear_key_head_dim=6,
-            linear_value_head_dim=5, linear_num_key_heads=2, linear_num_value_heads=4,
-            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-            shared_expert_intermediate_size=16, **COMMON),
+            num_hidden_layers=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            linear_key_head_dim=6,
+            linear_value_head_dim=5,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=16,
+            **COMMON,
+        ),
         # linear layers and, at index 4, an MLA layer
         "kimi_linear": lambda: transformers.KimiLinearConfig(
-            num_hidden_layers=5, linear_head_dim=6, linear_num_heads=3, num_experts=4,
-            pad_token_id=0, bos_token_id=1, eos_token_id=2,
-            **{**MLA, "n_routed_experts": 4}, **COMMON),
+            num_hidden_layers=5,
+            linear_head_dim=6,
+            linear_num_heads=3,
+            num_experts=4,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            **{**MLA, "n_routed_experts": 4},
+            **COMMON,
+        ),
     }[family]()
     assert made.model_type == family
     return made
 
 
-FAMILIES = ["llama", "qwen3", "gemma3_text", "gpt_oss", "deepseek_v3", "deepseek_v32",
-            "qwen3_next", "kimi_linear"]
+FAMILIES = [
+    "llama",
+    "qwen3",
+    "gemma3_text",
+    "gpt_oss",
+    "deepseek_v3",
+    "deepseek_v32",
+    "qwen3_next",
+    "kimi_linear",
+]
 MODELS = {}
 
 
 def tiny_model(family):
     if family not in MODELS:
         torch.manual_seed(0)
-        MODELS[family] = transformers.AutoModelForCausalLM.from_config(
-            tiny_config(family)).eval()
+        MODELS[family] = transformers.AutoModelForCausalLM.from_config(tiny_config(family)).eval()
     return MODELS[family]
 
 
 def prompt(n, seed=0):
-    return torch.randint(0, COMMON["vocab_size"], (1, n),
-                         generator=torch.Generator().manual_seed(seed))
+    return torch.randint(
+        0, COMMON["vocab_size"], (1, n), generator=torch.Generator().manual_seed(seed)
+    )
 
 
 def run_prompt(model, n):
@@ -223,8 +279,13 @@ def held_tensors(cache_layer):
         if isinstance(value, torch.Tensor):
             held[name] = value
         elif isinstance(value, dict):
-            held.update({f"{name}[{key}]": item for key, item in value.items()
-                         if isinstance(item, torch.Tensor)})
+            held.update(
+                {
+                    f"{name}[{key}]": item
+                    for key, item in value.items()
+                    if isinstance(item, torch.Tensor)
+                }
+            )
     return held
 
 
@@ -237,10 +298,13 @@ def kv_token_bytes(config, b):
     return 2 * config.num_key_value_heads * config.head_dim * b
 
 
-WHAT_IS_HELD = {"full": {"keys", "values"}, "sliding": {"keys", "values"},
-                "latent": {"keys", "values"},
-                "sparse latent": {"keys", "values", "indexer_keys"},
-                "linear": {"conv_states[0]", "recurrent_states[0]"}}
+WHAT_IS_HELD = {
+    "full": {"keys", "values"},
+    "sliding": {"keys", "values"},
+    "latent": {"keys", "values"},
+    "sparse latent": {"keys", "values", "indexer_keys"},
+    "linear": {"conv_states[0]", "recurrent_states[0]"},
+}
 
 
 def transformers_holds(config, kind, n, b):
@@ -248,14 +312,17 @@ def transformers_holds(config, kind, n, b):
     what the cache classes of cache_utils keep, derived independently of the package."""
     if kind == "full":
         return n * kv_token_bytes(config, b)
-    if kind == "sliding":                   # DynamicSlidingWindowLayer: the last w - 1
+    if kind == "sliding":  # DynamicSlidingWindowLayer: the last w - 1
         return min(n, config.sliding_window - 1) * kv_token_bytes(config, b)
     if kind in ("latent", "sparse latent"):  # latents and RoPE keys, DSA's indexer keys
         latent = n * (config.kv_lora_rank + config.qk_rope_head_dim) * b
         return latent + (n * config.index_head_dim * b if kind == "sparse latent" else 0)
-    if config.model_type == "qwen3_next":    # a float32 state and K conv inputs
-        heads, d_k, d_v = (config.linear_num_value_heads, config.linear_key_head_dim,
-                           config.linear_value_head_dim)
+    if config.model_type == "qwen3_next":  # a float32 state and K conv inputs
+        heads, d_k, d_v = (
+            config.linear_num_value_heads,
+            config.linear_key_head_dim,
+            config.linear_value_head_dim,
+        )
         channels = 2 * config.linear_num_key_heads * d_k + heads * d_v
     else:
         heads, d_k = config.linear_num_heads, config.linear_head_dim
@@ -274,26 +341,26 @@ def test_cache_bytes_against_transformers_caches(family, n):
     theirs = []
     for index, (layer, kind) in enumerate(zip(cache.layers, ours.layer_kinds)):
         held = held_tensors(layer)
-        if kind == "sliding":               # bookkeeping, not cached content
+        if kind == "sliding":  # bookkeeping, not cached content
             assert held.pop("_sliding_window_tensor").item() == config.sliding_window
         assert set(held) == WHAT_IS_HELD[kind], (index, kind, set(held))
         assert all(t.dtype == torch.float32 for t in held.values())
         theirs.append(sum(nbytes(t) for t in held.values()))
         assert theirs[-1] == transformers_holds(config, kind, n, 4), (index, kind)
-        if kind in ("latent", "sparse latent"):     # the latents, not expanded keys
+        if kind in ("latent", "sparse latent"):  # the latents, not expanded keys
             assert held["keys"].shape[-1] == config.kv_lora_rank
             assert held["values"].shape[-1] == config.qk_rope_head_dim
         # the only difference: a sliding layer between steps lacks the step's own token
         missing = kv_token_bytes(config, 4) if kind == "sliding" and n >= WINDOW else 0
         assert ours.layer_cache_bytes[index] == theirs[-1] + missing, (index, kind)
     slides = ours.layer_kinds.count("sliding")
-    assert ours.cache_bytes == sum(theirs) + (slides * kv_token_bytes(config, 4)
-                                              if n >= WINDOW else 0)
+    assert ours.cache_bytes == sum(theirs) + (
+        slides * kv_token_bytes(config, 4) if n >= WINDOW else 0
+    )
 
 
 def test_the_tiny_models_have_their_families_layer_patterns():
-    kinds = {family: attention_costs(tiny_config(family), 8).layer_kinds
-             for family in FAMILIES}
+    kinds = {family: attention_costs(tiny_config(family), 8).layer_kinds for family in FAMILIES}
     assert kinds["llama"] == ("full",) * 2
     assert kinds["qwen3"] == ("full", "full", "sliding", "sliding")
     assert kinds["gemma3_text"] == ("sliding",) * 5 + ("full",)
@@ -327,28 +394,41 @@ def test_hybrid_cache_bytes_counts_each_layers_tokens(family, n):
     window = getattr(config, "sliding_window", None)
     tokens = sum(n if name == "full_attention" else min(n, window) for name in layer_types)
     expected = 3 * tokens * 2 * config.num_key_value_heads * config.head_dim * 2
-    got = hybrid_cache_bytes(layer_types=layer_types, seq_len=n, window=window,
-                             num_kv_heads=config.num_key_value_heads,
-                             head_dim=config.head_dim, batch_size=3, bytes_per_element=2)
+    got = hybrid_cache_bytes(
+        layer_types=layer_types,
+        seq_len=n,
+        window=window,
+        num_kv_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        batch_size=3,
+        bytes_per_element=2,
+    )
     assert got == expected
     assert got == 3 * attention_costs(config, n).cache_bytes
 
 
 def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="allowed.*full_attention.*sliding_attention"):
-        hybrid_cache_bytes(layer_types=["global"], seq_len=4, window=2, num_kv_heads=1,
-                           head_dim=4)
+        hybrid_cache_bytes(layer_types=["global"], seq_len=4, window=2, num_kv_heads=1, head_dim=4)
     with pytest.raises(ValueError, match="window"):
-        hybrid_cache_bytes(layer_types=["sliding_attention"], seq_len=4, window=None,
-                           num_kv_heads=1, head_dim=4)
+        hybrid_cache_bytes(
+            layer_types=["sliding_attention"], seq_len=4, window=None, num_kv_heads=1, head_dim=4
+        )
     with pytest.raises(ValueError, match="supported.*llama.*kimi_linear"):
         attention_costs(types.SimpleNamespace(model_type="bert"), 4)
     with pytest.raises(TypeError, match="config"):
         attention_costs({"model_type": "llama"}, 4)
     with pytest.raises(TypeError, match="config.head_dim"):
-        attention_costs(types.SimpleNamespace(model_type="llama", num_hidden_layers=2,
-                                              num_attention_heads=2, num_key_value_heads=1,
-                                              head_dim=2.0), 4)
+        attention_costs(
+            types.SimpleNamespace(
+                model_type="llama",
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+                head_dim=2.0,
+            ),
+            4,
+        )
     with pytest.raises(ValueError, match="config.layer_types"):
         config = tiny_config("qwen3_next")
         config.layer_types = ["linear_attention", "sliding_attention"] * 2
@@ -361,9 +441,11 @@ def test_bad_input_names_the_argument():
 def attention_modules(model):
     """{layer index: FlopCounterMode's name of that layer's attention module}."""
     prefix = type(model).__name__ + ".model.layers"
-    return {index: f"{prefix}.{index}."
-                   + ("linear_attn" if hasattr(layer, "linear_attn") else "self_attn")
-            for index, layer in enumerate(model.model.layers)}
+    return {
+        index: f"{prefix}.{index}."
+        + ("linear_attn" if hasattr(layer, "linear_attn") else "self_attn")
+        for index, layer in enumerate(model.model.layers)
+    }
 
 
 def decode_flops(model, n):
@@ -403,8 +485,7 @@ def test_flop_slopes_equal_transformers_decoding(family):
     config = model.config
     for contexts in (SHORT, LONGER):
         measured = [layer_totals(model, decode_flops(model, n)) for n in contexts]
-        ours = [attention_costs(config, n + 1, mla_path="expanded").layer_flops
-                for n in contexts]
+        ours = [attention_costs(config, n + 1, mla_path="expanded").layer_flops for n in contexts]
         for step in range(len(contexts) - 1):
             cached = contexts[step + 1] - contexts[step]
             for index, kind in enumerate(attention_costs(config, 1).layer_kinds):
@@ -429,7 +510,7 @@ def test_attention_core_equals_flop_counter_exactly(family, n):
     counts = decode_flops(model, n)
     ours = attention_costs(config, n + 1, mla_path="expanded")
     for index, kind in enumerate(ours.layer_kinds):
-        if kind == "linear":                # no matrix product: see the tests below
+        if kind == "linear":  # no matrix product: see the tests below
             assert core_flops(model, counts, config, index) == 0
             continue
         measured = core_flops(model, counts, config, index)
@@ -459,8 +540,9 @@ def absorbed_mla_per_key(config):
     """Absorbed MLA per key, derived here: each head's query, moved into the latent space,
     dots the latent and the shared RoPE key (d_c + d_R multiply-adds), and the weighted sum
     runs over the latents (d_c multiply-adds)."""
-    return config.num_attention_heads * (2 * (config.kv_lora_rank + config.qk_rope_head_dim)
-                                         + 2 * config.kv_lora_rank)
+    return config.num_attention_heads * (
+        2 * (config.kv_lora_rank + config.qk_rope_head_dim) + 2 * config.kv_lora_rank
+    )
 
 
 @pytest.mark.parametrize("family", ["deepseek_v3", "kimi_linear", "deepseek_v32"])
@@ -474,7 +556,7 @@ def test_absorbed_mla_count_against_a_formula(family):
         for index, kind in enumerate(first.layer_kinds):
             if kind in ("latent", "sparse latent"):
                 assert second.layer_flops[index] - first.layer_flops[index] == per_key
-    if family == "deepseek_v32":            # past top-k keys only the indexer grows
+    if family == "deepseek_v32":  # past top-k keys only the indexer grows
         above = [attention_costs(config, seq_len).flops_per_token for seq_len in (30, 31)]
         assert above[1] - above[0] == config.num_hidden_layers * indexer_per_key(config)
 
@@ -485,16 +567,18 @@ def test_absorbed_count_equals_the_course_latent_layer_decoding():
     which expands the latents every step as transformers does, is the expanded count."""
     config = tiny_config("deepseek_v3")
     torch.manual_seed(0)
-    layer = MultiHeadLatentAttention(config.hidden_size, config.num_attention_heads,
-                                     kv_rank=config.kv_lora_rank,
-                                     q_rank=config.q_lora_rank,
-                                     head_dim=config.qk_nope_head_dim,
-                                     rope_dim=config.qk_rope_head_dim,
-                                     value_dim=config.v_head_dim)
+    layer = MultiHeadLatentAttention(
+        config.hidden_size,
+        config.num_attention_heads,
+        kv_rank=config.kv_lora_rank,
+        q_rank=config.q_lora_rank,
+        head_dim=config.qk_nope_head_dim,
+        rope_dim=config.qk_rope_head_dim,
+        value_dim=config.v_head_dim,
+    )
 
     def decoding(n, absorb):
-        x = torch.randn(1, n + 1, config.hidden_size,
-                        generator=torch.Generator().manual_seed(n))
+        x = torch.randn(1, n + 1, config.hidden_size, generator=torch.Generator().manual_seed(n))
         cache = LatentCache()
         with torch.no_grad():
             layer(x[:, :n], cache, absorb=absorb)
@@ -513,8 +597,16 @@ class ArithmeticCounter(TorchDispatchMode):
     sub, mul, div, and one per input number of a sum (a sum of m numbers as m additions, the
     convention of 2 FLOPs per multiply-add). exp, sqrt, rsqrt, copies: not counted."""
 
-    ELEMENTWISE = {aten.add, aten.sub, aten.mul, aten.div, aten.add_, aten.sub_, aten.mul_,
-                   aten.div_}
+    ELEMENTWISE = {
+        aten.add,
+        aten.sub,
+        aten.mul,
+        aten.div,
+        aten.add_,
+        aten.sub_,
+        aten.mul_,
+        aten.div_,
+    }
 
     def __init__(self):
         super().__init__()
@@ -545,11 +637,19 @@ def one_recurrent_step(family, heads, d_k, d_v, mode):
     state = torch.randn(1, heads, d_k, d_v, generator=gen)
     if family == "qwen3_next":
         step, g = qwen3_next.torch_recurrent_gated_delta_rule, -rand(heads).abs()
-    else:                                   # KDA: one decay per key channel
+    else:  # KDA: one decay per key channel
         step, g = kimi_linear.recurrent_kimi_delta_attention, -rand(heads, d_k).abs()
     with mode:
-        step(q, k, v, g=g, beta=beta, initial_state=state, output_final_state=True,
-             use_qk_l2norm_in_kernel=True)
+        step(
+            q,
+            k,
+            v,
+            g=g,
+            beta=beta,
+            initial_state=state,
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+        )
     return mode
 
 
@@ -557,14 +657,25 @@ def package_linear_flops(family, heads, d_k, d_v):
     """attention_costs of one linear layer, from a config naming only what it reads."""
     if family == "qwen3_next":
         config = types.SimpleNamespace(
-            model_type=family, num_hidden_layers=1, layer_types=["linear_attention"],
-            linear_num_value_heads=heads, linear_num_key_heads=heads, linear_key_head_dim=d_k,
-            linear_value_head_dim=d_v, linear_conv_kernel_dim=4)
+            model_type=family,
+            num_hidden_layers=1,
+            layer_types=["linear_attention"],
+            linear_num_value_heads=heads,
+            linear_num_key_heads=heads,
+            linear_key_head_dim=d_k,
+            linear_value_head_dim=d_v,
+            linear_conv_kernel_dim=4,
+        )
     else:
-        assert d_k == d_v                    # Kimi Linear's heads are square
+        assert d_k == d_v  # Kimi Linear's heads are square
         config = types.SimpleNamespace(
-            model_type=family, num_hidden_layers=1, layer_types=["linear_attention"],
-            linear_num_heads=heads, linear_head_dim=d_k, linear_conv_kernel_dim=4)
+            model_type=family,
+            num_hidden_layers=1,
+            layer_types=["linear_attention"],
+            linear_num_heads=heads,
+            linear_head_dim=d_k,
+            linear_conv_kernel_dim=4,
+        )
     return attention_costs(config, 10).flops_per_token
 
 
@@ -578,8 +689,7 @@ def test_linear_layer_constant_against_transformers_recurrent_step(family):
     heads = 3
     flop_counter = one_recurrent_step(family, heads, 4, 4, FlopCounterMode(display=False))
     assert flop_counter.get_total_flops() == 0
-    shapes = [(4, 4), (6, 6), (8, 8)] + ([(4, 5), (6, 3), (8, 7)]
-                                         if family == "qwen3_next" else [])
+    shapes = [(4, 4), (6, 6), (8, 8)] + ([(4, 5), (6, 3), (8, 7)] if family == "qwen3_next" else [])
     for d_k, d_v in shapes:
         counted = one_recurrent_step(family, heads, d_k, d_v, ArithmeticCounter()).flops
         normalisations = heads * (2 * (3 * d_k + 1) + d_k)
@@ -589,8 +699,13 @@ def test_linear_layer_constant_against_transformers_recurrent_step(family):
 def test_linear_layer_cost_does_not_grow_with_the_context():
     config = tiny_config("qwen3_next")
     short, long = attention_costs(config, 10), attention_costs(config, 10_000)
-    for kind, a, b, fa, fb in zip(short.layer_kinds, short.layer_cache_bytes,
-                                  long.layer_cache_bytes, short.layer_flops, long.layer_flops):
+    for kind, a, b, fa, fb in zip(
+        short.layer_kinds,
+        short.layer_cache_bytes,
+        long.layer_cache_bytes,
+        short.layer_flops,
+        long.layer_flops,
+    ):
         assert (a == b and fa == fb) == (kind == "linear")
 
 
@@ -600,7 +715,8 @@ def test_linear_layer_cost_does_not_grow_with_the_context():
 def test_gpt_oss_alternates_sliding_and_full_layers_with_a_window_of_128():
     config = transformers.GptOssConfig()
     assert config.layer_types == ["sliding_attention", "full_attention"] * (
-        config.num_hidden_layers // 2)
+        config.num_hidden_layers // 2
+    )
     assert config.sliding_window == 128
     costs = attention_costs(config, 100_000)
     assert costs.layer_kinds == ("sliding", "full") * (config.num_hidden_layers // 2)
@@ -613,25 +729,30 @@ def test_gemma3_has_five_sliding_layers_per_full_one():
     config = transformers.Gemma3TextConfig()
     kinds = attention_costs(config, 10).layer_kinds
     assert [index for index, kind in enumerate(kinds) if kind == "full"] == list(
-        range(5, config.num_hidden_layers, 6))
+        range(5, config.num_hidden_layers, 6)
+    )
     assert [name == "full_attention" for name in config.layer_types] == [
-        kind == "full" for kind in kinds]
+        kind == "full" for kind in kinds
+    ]
 
 
 def test_qwen3_slides_only_when_asked_and_only_above_max_window_layers():
     assert set(attention_costs(transformers.Qwen3Config(), 10).layer_kinds) == {"full"}
     config = transformers.Qwen3Config(use_sliding_window=True)
     kinds = attention_costs(config, 10).layer_kinds
-    assert kinds == tuple("sliding" if index >= config.max_window_layers else "full"
-                          for index in range(config.num_hidden_layers))
+    assert kinds == tuple(
+        "sliding" if index >= config.max_window_layers else "full"
+        for index in range(config.num_hidden_layers)
+    )
 
 
 def test_deepseek_caches_a_latent_and_a_rope_key_per_token_and_layer():
     config = transformers.DeepseekV3Config()
     costs = attention_costs(config, 1000)
     assert costs.layer_kinds == ("latent",) * config.num_hidden_layers
-    assert costs.cache_bytes == (1000 * config.num_hidden_layers
-                                 * (config.kv_lora_rank + config.qk_rope_head_dim) * 2)
+    assert costs.cache_bytes == (
+        1000 * config.num_hidden_layers * (config.kv_lora_rank + config.qk_rope_head_dim) * 2
+    )
 
 
 def test_deepseek_v32_indexer_and_top_k():
@@ -642,21 +763,29 @@ def test_deepseek_v32_indexer_and_top_k():
     indexer = config.num_hidden_layers * indexer_per_key(config)
     assert costs[1].flops_per_token - costs[0].flops_per_token == indexer
     assert costs[2].flops_per_token - costs[0].flops_per_token == 3 * top_k * indexer
-    assert costs[2].cache_bytes == 4 * top_k * config.num_hidden_layers * (
-        config.kv_lora_rank + config.qk_rope_head_dim + config.index_head_dim) * 2
+    assert (
+        costs[2].cache_bytes
+        == 4
+        * top_k
+        * config.num_hidden_layers
+        * (config.kv_lora_rank + config.qk_rope_head_dim + config.index_head_dim)
+        * 2
+    )
 
 
 def test_hybrids_mix_linear_layers_with_attention():
     qwen = transformers.Qwen3NextConfig()
     kinds = attention_costs(qwen, 10).layer_kinds
-    assert kinds == tuple("full" if name == "full_attention" else "linear"
-                          for name in qwen.layer_types)
+    assert kinds == tuple(
+        "full" if name == "full_attention" else "linear" for name in qwen.layer_types
+    )
     assert kinds[:4] == ("linear", "linear", "linear", "full")
     kimi = transformers.KimiLinearConfig()
     kinds = attention_costs(kimi, 10).layer_kinds
     assert set(kinds) == {"linear", "latent"}
     assert [kind == "latent" for kind in kinds] == [
-        name == "full_attention" for name in kimi.layer_types]
+        name == "full_attention" for name in kimi.layer_types
+    ]
 
 
 def test_attention_costs_record():
@@ -673,14 +802,19 @@ def test_kimi_linear_with_the_released_layer_pattern():
     linear_attn_config; KimiLinearConfig's default pattern differs (6 MLA layers, not 7), so
     chapter 17 passes the list: the costs must follow it layer by layer."""
     released = [4, 8, 12, 16, 20, 24, 27]
-    kimi = transformers.KimiLinearConfig(linear_attn_config={
-        "full_attn_layers": released,
-        "kda_layers": [i for i in range(1, 28) if i not in released]})
+    kimi = transformers.KimiLinearConfig(
+        linear_attn_config={
+            "full_attn_layers": released,
+            "kda_layers": [i for i in range(1, 28) if i not in released],
+        }
+    )
     costs = attention_costs(kimi, 1000)
     assert [i + 1 for i, kind in enumerate(costs.layer_kinds) if kind == "latent"] == released
     assert costs.layer_kinds.count("linear") == 20
     default = attention_costs(transformers.KimiLinearConfig(), 1000)
     assert default.layer_kinds.count("latent") == 6
     latent_layer = (kimi.kv_lora_rank + kimi.qk_rope_head_dim) * 1000 * 2
-    assert costs.cache_bytes - default.cache_bytes == latent_layer - (
-        costs.layer_cache_bytes[costs.layer_kinds.index("linear")])
+    assert (
+        costs.cache_bytes - default.cache_bytes
+        == latent_layer - (costs.layer_cache_bytes[costs.layer_kinds.index("linear")])
+    )

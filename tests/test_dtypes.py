@@ -39,8 +39,7 @@ DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 HALF = [torch.bfloat16, torch.float16]
 # Largest relative error allowed in a dtype where PyTorch has no equivalent layer to compare
 # with: a few units of the dtype's rounding, for computations of a few hundred terms.
-TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 5e-2,
-             torch.float16: 5e-3}
+TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 5e-2, torch.float16: 5e-3}
 
 
 def normal(*shape, seed=0):
@@ -57,7 +56,8 @@ def no_worse_than_pytorch(ours, theirs, reference, dtype):
     if dtype in HALF:
         slack = torch.finfo(dtype).eps * reference.abs().max().item()
         assert error(ours, reference) <= 1.5 * error(theirs, reference) + slack, (
-            f"{dtype}: ours {error(ours, reference):.2e}, PyTorch {error(theirs, reference):.2e}")
+            f"{dtype}: ours {error(ours, reference):.2e}, PyTorch {error(theirs, reference):.2e}"
+        )
     else:
         assert error(ours, reference) <= TOLERANCE[dtype] * (1 + reference.abs().max().item())
 
@@ -67,12 +67,19 @@ def no_worse_than_pytorch(ours, theirs, reference, dtype):
 def test_sdpa_keeps_dtype_and_matches_pytorchs_accuracy(dtype, mask):
     q, k, v = normal(2, 3, 64, 32, seed=1), normal(2, 3, 80, 32, seed=2), normal(2, 3, 80, 16)
     allowed = normal(64, 80, seed=3) > -1.0
-    masks = {"none": {}, "causal": {"is_causal": True}, "bool": {"attn_mask": allowed},
-             "float": {"attn_mask": 0.5 * normal(64, 80, seed=4)}}
+    masks = {
+        "none": {},
+        "causal": {"is_causal": True},
+        "bool": {"attn_mask": allowed},
+        "float": {"attn_mask": 0.5 * normal(64, 80, seed=4)},
+    }
     reference = F.scaled_dot_product_attention(q, k, v, **masks[mask])
     low = [t.to(dtype) for t in (q, k, v)]
-    options = {key: (value.to(dtype) if value.is_floating_point() else value)
-               for key, value in masks[mask].items() if isinstance(value, torch.Tensor)}
+    options = {
+        key: (value.to(dtype) if value.is_floating_point() else value)
+        for key, value in masks[mask].items()
+        if isinstance(value, torch.Tensor)
+    }
     options.update({key: value for key, value in masks[mask].items() if key == "is_causal"})
     ours, weights = scaled_dot_product_attention(*low, **options)
     assert ours.dtype == weights.dtype == dtype
@@ -162,7 +169,12 @@ def test_pooling_and_scoring_in_every_dtype(dtype):
     keys, values, queries = normal(30).abs() * 5, normal(30, seed=1), normal(7, seed=2).abs() * 5
     predictions, weights = nadaraya_watson(queries.to(dtype), keys.to(dtype), values.to(dtype), 0.7)
     reference, _ = nadaraya_watson(queries, keys, values, 0.7)
-    assert predictions.dtype == weights.dtype == kernel_scores(queries.to(dtype), keys.to(dtype)).dtype == dtype
+    assert (
+        predictions.dtype
+        == weights.dtype
+        == kernel_scores(queries.to(dtype), keys.to(dtype)).dtype
+        == dtype
+    )
     assert error(predictions, reference) <= TOLERANCE[dtype] * (1 + reference.abs().max().item())
     model = KernelRegression(keys.to(dtype), values.to(dtype), bandwidth=0.7, per_key=True)
     assert model.log_bandwidth.dtype == dtype and model(queries.to(dtype)).dtype == dtype
@@ -204,8 +216,9 @@ def test_sparse_attention_in_every_dtype(dtype):
     float32 for half inputs (rounded to 8 bits they would tie), the dtype otherwise; queries
     that select what float64 selects get float64's output to the dtype's tolerance."""
     torch.manual_seed(0)
-    sizes = dict(embed_dim=32, num_heads=4, kv_rank=8, q_rank=12, top_k=5, index_heads=4,
-                 index_head_dim=8)
+    sizes = dict(
+        embed_dim=32, num_heads=4, kv_rank=8, q_rank=12, top_k=5, index_heads=4, index_head_dim=8
+    )
     layer = DeepSeekSparseAttention(**sizes).double()
     x = normal(2, 12, 32)
     low_layer = DeepSeekSparseAttention(**sizes).to(dtype)
@@ -221,10 +234,11 @@ def test_sparse_attention_in_every_dtype(dtype):
     assert torch.equal(scores.isfinite(), finite)
     scale = 1 + reference_scores[finite].abs().max().item()
     assert error(scores[finite], reference_scores[finite]) <= TOLERANCE[dtype] * scale
-    same = (selected == reference_selected).all(-1)                 # (batch, L)
+    same = (selected == reference_selected).all(-1)  # (batch, L)
     assert same.double().mean() >= 0.75
     assert error(output[same], reference[same]) <= TOLERANCE[dtype] * (
-        1 + reference.abs().max().item())
+        1 + reference.abs().max().item()
+    )
     assert top_k_mask(scores, 3).sum(-1).max() == 3
 
 
@@ -234,14 +248,15 @@ def sinks_as_one_more_key(query, key, value, sinks, mask):
     (batch, heads, n_q, _), kv_heads = query.shape, key.shape[1]
     bias = torch.zeros(heads, n_q, key.shape[2], dtype=query.dtype)
     if mask is not None:
-        bias = (bias.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool
-                else bias + mask)
+        bias = bias.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else bias + mask
     bias = torch.cat([bias, sinks[:, None, None].expand(heads, n_q, 1)], dim=-1)
 
     def one_more(t):
         return torch.cat([t, t.new_zeros(batch, kv_heads, 1, t.shape[-1])], dim=2)
-    return F.scaled_dot_product_attention(query, one_more(key), one_more(value),
-                                          attn_mask=bias, enable_gqa=True)
+
+    return F.scaled_dot_product_attention(
+        query, one_more(key), one_more(value), attn_mask=bias, enable_gqa=True
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -250,9 +265,12 @@ def test_sink_attention_keeps_dtype_and_matches_pytorchs_accuracy(dtype, mask):
     q, k, v = normal(2, 8, 64, 32, seed=1), normal(2, 2, 64, 32, seed=2), normal(2, 2, 64, 16)
     sinks = normal(8, seed=5)
     positions = torch.arange(64)
-    masks = {"none": None, "causal": causal_mask(64),
-             "window": decoding_mask(positions, positions, window=16),
-             "float": 0.5 * normal(64, 64, seed=4)}
+    masks = {
+        "none": None,
+        "causal": causal_mask(64),
+        "window": decoding_mask(positions, positions, window=16),
+        "float": 0.5 * normal(64, 64, seed=4),
+    }
     reference = sinks_as_one_more_key(q, k, v, sinks, masks[mask])
     low = [t.to(dtype) for t in (q, k, v, sinks)]
     low_mask = masks[mask].to(dtype) if mask == "float" else masks[mask]
@@ -265,23 +283,25 @@ def test_sink_attention_keeps_dtype_and_matches_pytorchs_accuracy(dtype, mask):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_sink_softmax_in_every_dtype(dtype):
     scores, sinks = 4 * normal(3, 4, 5, 40), normal(4, seed=1)
-    scores[0, 1, 2] = float("-inf")                               # a fully masked row
+    scores[0, 1, 2] = float("-inf")  # a fully masked row
 
-    def with_a_column(scores, sinks):                             # as transformers' gpt-oss
+    def with_a_column(scores, sinks):  # as transformers' gpt-oss
         column = sinks[:, None, None].expand(*scores.shape[:-1], 1)
         return torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
+
     reference = with_a_column(scores, sinks)
     ours = sink_softmax(scores.to(dtype), sinks.to(dtype))
     assert ours.dtype == dtype and torch.equal(ours[0, 1, 2], torch.zeros_like(ours[0, 1, 2]))
-    no_worse_than_pytorch(ours, with_a_column(scores.to(dtype), sinks.to(dtype)), reference,
-                          dtype)
+    no_worse_than_pytorch(ours, with_a_column(scores.to(dtype), sinks.to(dtype)), reference, dtype)
 
 
 # ----------------------------------------------------------------------------------------- meta
 
+
 def test_modules_built_from_modules_stay_on_the_source_device():
-    source = torch.nn.MultiheadAttention(16, 4, batch_first=True, device="meta",
-                                         dtype=torch.bfloat16)
+    source = torch.nn.MultiheadAttention(
+        16, 4, batch_first=True, device="meta", dtype=torch.bfloat16
+    )
     copy = MultiHeadAttention.from_torch(source)
     assert {(p.device.type, p.dtype) for p in copy.parameters()} == {("meta", torch.bfloat16)}
     gqa = GroupedQueryAttention.from_multihead(copy, 2)
@@ -299,8 +319,9 @@ def test_nothing_is_created_on_the_cpu_behind_the_callers_back():
     x = torch.empty(1, 5, 8, device="meta")
     assert all(t.device.type == "meta" for t in layer(x, x, x))
     assert apply_rotary(q).device.type == "meta"
-    assert all(t.device.type == "meta"
-               for t in flash_attention(q, k, v, is_causal=True, block_size=2))
+    assert all(
+        t.device.type == "meta" for t in flash_attention(q, k, v, is_causal=True, block_size=2)
+    )
     assert apply_rotary(q, torch.arange(5, device="meta")).device.type == "meta"
 
 
@@ -310,25 +331,39 @@ def test_sparse_attention_creates_nothing_on_the_cpu():
     assert indexer(x, q_latent).device.type == "meta"
     assert top_k_mask(torch.empty(2, 5, 5, device="meta"), 2).device.type == "meta"
     with torch.device("meta"):
-        layer = DeepSeekSparseAttention(16, 2, kv_rank=4, q_rank=6, top_k=2, index_heads=2,
-                                        index_head_dim=8)
+        layer = DeepSeekSparseAttention(
+            16, 2, kv_rank=4, q_rank=6, top_k=2, index_heads=2, index_head_dim=8
+        )
     assert layer.index_scores(x).device.type == "meta"
     # (the attention itself asks whether a row is fully masked, which meta tensors cannot say)
-    shapes = {"q_a_proj.weight": (6, 16), "q_a_layernorm.weight": (6,),
-              "q_b_proj.weight": (2 * 6, 6), "kv_a_proj_with_mqa.weight": (4 + 2, 16),
-              "kv_a_layernorm.weight": (4,), "kv_b_proj.weight": (2 * 7, 4),
-              "o_proj.weight": (16, 2 * 3), "indexer.wq_b.weight": (2 * 8, 6),
-              "indexer.wk.weight": (8, 16), "indexer.k_norm.weight": (8,),
-              "indexer.k_norm.bias": (8,), "indexer.weights_proj.weight": (2, 16)}
-    state = {name: torch.empty(shape, device="meta", dtype=torch.bfloat16)
-             for name, shape in shapes.items()}
+    shapes = {
+        "q_a_proj.weight": (6, 16),
+        "q_a_layernorm.weight": (6,),
+        "q_b_proj.weight": (2 * 6, 6),
+        "kv_a_proj_with_mqa.weight": (4 + 2, 16),
+        "kv_a_layernorm.weight": (4,),
+        "kv_b_proj.weight": (2 * 7, 4),
+        "o_proj.weight": (16, 2 * 3),
+        "indexer.wq_b.weight": (2 * 8, 6),
+        "indexer.wk.weight": (8, 16),
+        "indexer.k_norm.weight": (8,),
+        "indexer.k_norm.bias": (8,),
+        "indexer.weights_proj.weight": (2, 16),
+    }
+    state = {
+        name: torch.empty(shape, device="meta", dtype=torch.bfloat16)
+        for name, shape in shapes.items()
+    }
     copy = DeepSeekSparseAttention.from_deepseek(state, num_heads=2, top_k=2)
     assert {(p.device.type, p.dtype) for p in copy.parameters()} == {("meta", torch.bfloat16)}
 
 
 def test_sinks_create_nothing_on_the_cpu():
-    q, k, v = (torch.empty(2, 4, 5, 8, device="meta"), torch.empty(2, 2, 5, 8, device="meta"),
-               torch.empty(2, 2, 5, 3, device="meta"))
+    q, k, v = (
+        torch.empty(2, 4, 5, 8, device="meta"),
+        torch.empty(2, 2, 5, 8, device="meta"),
+        torch.empty(2, 2, 5, 3, device="meta"),
+    )
     sinks = torch.empty(4, device="meta")
     window = decoding_mask(torch.arange(5, device="meta"), torch.arange(5, device="meta"), 2)
     for options in ({"is_causal": True}, {"attn_mask": window}):

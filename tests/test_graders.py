@@ -68,6 +68,7 @@ def assert_no_solution(text, instructor):
 
 # ------------------------------------------------------------------------------------ nbgrader
 
+
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     """An nbgrader course with every chapter released."""
@@ -92,7 +93,8 @@ def test_nbgrader_release_has_no_solution_and_valid_cells(chapter, course):
     assert len(written) == sum(bool(e.written_points) for e in found)
     assert sum(g["points"] for g in graded) == sum(
         e.record.get("points", 0) + e.record.get("hidden_points", 0) + e.written_points
-        for e in found)
+        for e in found
+    )
     assert sum("YOUR ANSWER HERE" in c.source for c in cells) == len(written)
     stubs = sum("raise NotImplementedError()" in c.source for c in cells)
     assert stubs == sum(len(e.answers) for e in found), "a stub where no code is asked for"
@@ -110,14 +112,18 @@ def autograded(course):
     for chapter in AUTOGRADED:
         source = nbformat.read(course / "source" / chapter.stem / chapter.name, as_version=4)
         release = nbformat.read(course / "release" / chapter.stem / chapter.name, as_version=4)
-        solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
-                     if c.metadata.get("nbgrader", {}).get("solution")}
+        solutions = {
+            c.metadata["nbgrader"]["grade_id"]: c.source
+            for c in source.cells
+            if c.metadata.get("nbgrader", {}).get("solution")
+        }
         first = next(key for key in solutions if "-answer-" in key)
         submissions = {
             "correct": with_answers(release, solutions),
             "untouched": release,
-            "one-mistake": with_answers(release, {
-                **solutions, first: mistaken(solutions[first], chapter.name[:2])}),
+            "one-mistake": with_answers(
+                release, {**solutions, first: mistaken(solutions[first], chapter.name[:2])}
+            ),
         }
         for student, notebook in submissions.items():
             folder = course / "submitted" / student / chapter.stem
@@ -127,8 +133,10 @@ def autograded(course):
         run(["nbgrader", "generate_feedback", chapter.stem], course)
     run(["nbgrader", "export"], course)
     with open(course / "grades.csv") as grades:
-        return {(row["assignment"], row["student_id"]): float(row["raw_score"])
-                for row in csv.DictReader(grades)}
+        return {
+            (row["assignment"], row["student_id"]): float(row["raw_score"])
+            for row in csv.DictReader(grades)
+        }
 
 
 @pytest.mark.parametrize("chapter", AUTOGRADED, ids=lambda path: path.stem)
@@ -143,8 +151,9 @@ def test_nbgrader_autograde_gives_full_zero_and_partial_points(chapter, autograd
 def test_written_answers_wait_for_the_formgrader(chapter, course, autograded):
     from nbgrader.api import Gradebook
 
-    written = sum(bool(e.written_points)
-                  for e in exercises.exercises(nbformat.read(chapter, as_version=4)))
+    written = sum(
+        bool(e.written_points) for e in exercises.exercises(nbformat.read(chapter, as_version=4))
+    )
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         notebook = gradebook.find_submission_notebook(chapter.stem, chapter.stem, "correct")
         waiting = [g for g in notebook.grades if g.needs_manual_grade]
@@ -159,19 +168,22 @@ def test_nbgrader_feedback_shows_no_hidden_test(chapter, course, autograded):
         assert "BEGIN HIDDEN TESTS" not in page
         for line in hidden_test_lines(instructor):
             assert line.split("(")[1] not in page, f"{student}: hidden test {line!r} shown"
-    untouched = (course / "feedback" / "untouched" / chapter.stem / f"{chapter.stem}.html")
+    untouched = course / "feedback" / "untouched" / chapter.stem / f"{chapter.stem}.html"
     assert "Hidden tests failed" in untouched.read_text()
 
 
 # --------------------------------------------------------------------------------------- Otter
+
 
 @pytest.fixture(scope="module")
 def otter(tmp_path_factory):
     """Every chapter through `otter assign` (which also runs the tests on the solutions)."""
     root = tmp_path_factory.mktemp("otter")
     graders.write_otter(CHAPTERS, root)
-    assigned = for_each_chapter(lambda chapter: run(
-        ["otter", "assign", chapter.name, "dist"], root / chapter.stem), CHAPTERS)
+    assigned = for_each_chapter(
+        lambda chapter: run(["otter", "assign", chapter.name, "dist"], root / chapter.stem),
+        CHAPTERS,
+    )
     return root, assigned
 
 
@@ -188,8 +200,9 @@ def test_otter_assign_gives_a_student_notebook_without_solutions(chapter, otter)
             assert f'grader.check(\\"{exercise.name}\\")' in student
     assert len(list((dist / "autograder").glob(f"{chapter.stem}-autograder_*.zip"))) == 1
     requirements = (dist / "autograder" / "requirements.txt").read_text()
-    package = "attention-course[pretrained]" if graders.extras_needed(instructor) else \
-        "attention-course"
+    package = (
+        "attention-course[pretrained]" if graders.extras_needed(instructor) else "attention-course"
+    )
     assert "torch" in requirements and f"{package} @ git+" in requirements
 
 

@@ -57,22 +57,34 @@ pytest.importorskip("transformers")
 
 
 def random_input(batch=2, seq=7, width=16, seed=0, dtype=torch.float64):
-    return 0.5 * torch.randn(batch, seq, width, generator=torch.Generator().manual_seed(seed),
-                             dtype=dtype)
+    return 0.5 * torch.randn(
+        batch, seq, width, generator=torch.Generator().manual_seed(seed), dtype=dtype
+    )
 
 
 def course_copy(layer, made):
     return MultiHeadLatentAttention.from_deepseek(
-        layer.state_dict(), made.num_attention_heads, interleaved=made.rope_interleave,
-        base=made.rope_parameters["rope_theta"])
+        layer.state_dict(),
+        made.num_attention_heads,
+        interleaved=made.rope_interleave,
+        base=made.rope_parameters["rope_theta"],
+    )
 
 
 CONFIGS = {
     "small": {},
     "no query latent (V2-Lite)": dict(q_lora_rank=None),
     "rope_interleave=False": dict(rope_interleave=False),
-    "wider": dict(hidden_size=24, num_attention_heads=3, num_key_value_heads=3, kv_lora_rank=10,
-                  q_lora_rank=7, qk_nope_head_dim=5, qk_rope_head_dim=6, v_head_dim=8),
+    "wider": dict(
+        hidden_size=24,
+        num_attention_heads=3,
+        num_key_value_heads=3,
+        kv_lora_rank=10,
+        q_lora_rank=7,
+        qk_nope_head_dim=5,
+        qk_rope_head_dim=6,
+        v_head_dim=8,
+    ),
 }
 
 
@@ -89,9 +101,10 @@ def test_equals_deepseek_v3_attention_in_float64(overrides, absorb):
         output, weights = ours(x, absorb=absorb)
     torch.testing.assert_close(output, expected, rtol=0, atol=1e-10)
     assert weights.shape == (2, made.num_attention_heads, 7, 7)
-    assert (weights.triu(1) == 0).all()                               # causal
-    torch.testing.assert_close(weights.sum(-1), torch.ones(2, made.num_attention_heads, 7,
-                                                           dtype=torch.float64))
+    assert (weights.triu(1) == 0).all()  # causal
+    torch.testing.assert_close(
+        weights.sum(-1), torch.ones(2, made.num_attention_heads, 7, dtype=torch.float64)
+    )
 
 
 @pytest.mark.parametrize("overrides", CONFIGS.values(), ids=CONFIGS)
@@ -110,7 +123,7 @@ def test_prefill_then_decode_equals_recomputation_and_transformers_cache(overrid
         for absorb in (False, True):
             cache, pieces, start = LatentCache(), [], 0
             for size in chunks:
-                pieces.append(ours(x[:, start:start + size], cache, absorb=absorb)[0])
+                pieces.append(ours(x[:, start : start + size], cache, absorb=absorb)[0])
                 start += size
             torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=0, atol=1e-12)
             torch.testing.assert_close(torch.cat(pieces, 1), stepped, rtol=0, atol=1e-10)
@@ -128,8 +141,7 @@ def test_the_float64_formulas_are_transformers_own_up_to_float32_rounding():
 
     made = reference.config()
     positions = torch.arange(40)
-    cos, sin = DeepseekV3RotaryEmbedding(made)(torch.ones(1, dtype=torch.float32),
-                                               positions[None])
+    cos, sin = DeepseekV3RotaryEmbedding(made)(torch.ones(1, dtype=torch.float32), positions[None])
     ours_cos, ours_sin = reference.cos_sin(made, positions)
     torch.testing.assert_close(cos.double(), ours_cos, rtol=0, atol=1e-5)
     torch.testing.assert_close(sin.double(), ours_sin, rtol=0, atol=1e-5)
@@ -139,8 +151,8 @@ def test_the_float64_formulas_are_transformers_own_up_to_float32_rounding():
         rotary = DeepseekV3RotaryEmbedding(made)
         x = random_input(dtype=torch.float32, seq=12)
         expected, _ = reference.run(
-            theirs, made, x, [12],
-            rotary=lambda config, p, dtype: rotary(x, p[None]))
+            theirs, made, x, [12], rotary=lambda config, p, dtype: rotary(x, p[None])
+        )
         with torch.no_grad():
             output, _ = course_copy(theirs, made)(x)
         torch.testing.assert_close(output, expected, rtol=0, atol=1e-5)
@@ -152,8 +164,9 @@ def test_deepseeks_interleaved_rope_rows_must_be_reordered():
     x = random_input()
     with reference.rms_norm_in_float64():
         expected, _ = reference.run(theirs, made, x, [7])
-    as_if_half_split = MultiHeadLatentAttention.from_deepseek(theirs.state_dict(), 4,
-                                                              interleaved=False)
+    as_if_half_split = MultiHeadLatentAttention.from_deepseek(
+        theirs.state_dict(), 4, interleaved=False
+    )
     with torch.no_grad():
         assert (as_if_half_split(x)[0] - expected).abs().max() > 1e-2
 
@@ -166,8 +179,14 @@ def test_parameters_equal_deepseek_v3_attention_at_the_published_shape():
     with torch.device("meta"):
         theirs = DeepseekV3Attention(v3, 0)
         ours = MultiHeadLatentAttention(
-            v3.hidden_size, v3.num_attention_heads, v3.kv_lora_rank, v3.q_lora_rank,
-            v3.qk_nope_head_dim, v3.qk_rope_head_dim, v3.v_head_dim)
+            v3.hidden_size,
+            v3.num_attention_heads,
+            v3.kv_lora_rank,
+            v3.q_lora_rank,
+            v3.qk_nope_head_dim,
+            v3.qk_rope_head_dim,
+            v3.v_head_dim,
+        )
     count = sum(p.numel() for p in ours.parameters())
     assert count == sum(p.numel() for p in theirs.parameters()) == 187_107_328
     shapes = {name: tuple(p.shape) for name, p in ours.named_parameters()}
@@ -180,22 +199,25 @@ def test_parameters_equal_deepseek_v3_attention_at_the_published_shape():
 @pytest.mark.parametrize("absorb", [False, True], ids=["explicit", "absorbed"])
 def test_equals_the_formulas_computed_by_loops(absorb):
     torch.manual_seed(0)
-    layer = MultiHeadLatentAttention(12, 3, kv_rank=5, q_rank=7, head_dim=4, rope_dim=6,
-                                     value_dim=2).double()
+    layer = MultiHeadLatentAttention(
+        12, 3, kv_rank=5, q_rank=7, head_dim=4, rope_dim=6, value_dim=2
+    ).double()
     x = random_input(batch=2, seq=6, width=12, seed=4)
     with torch.no_grad():
         output, _ = layer(x, absorb=absorb)
     for sequence in range(2):
-        torch.testing.assert_close(output[sequence], mla_by_loops(layer, x[sequence]),
-                                   rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            output[sequence], mla_by_loops(layer, x[sequence]), rtol=0, atol=1e-12
+        )
 
 
 # --------------------------------------------------------------- absorbed against explicit
 
-SHAPES = [dict(embed_dim=32, num_heads=4, kv_rank=8),
-          dict(embed_dim=24, num_heads=2, kv_rank=16, q_rank=6, head_dim=10, rope_dim=2,
-               value_dim=7),
-          dict(embed_dim=20, num_heads=5, kv_rank=3, q_rank=9, rope_dim=8)]
+SHAPES = [
+    dict(embed_dim=32, num_heads=4, kv_rank=8),
+    dict(embed_dim=24, num_heads=2, kv_rank=16, q_rank=6, head_dim=10, rope_dim=2, value_dim=7),
+    dict(embed_dim=20, num_heads=5, kv_rank=3, q_rank=9, rope_dim=8),
+]
 
 
 @pytest.mark.parametrize("sizes", SHAPES, ids=lambda sizes: str(sizes))
@@ -209,7 +231,7 @@ def test_absorbed_equals_explicit_in_float64(sizes):
         torch.testing.assert_close(absorbed, explicit, rtol=0, atol=1e-12)
         torch.testing.assert_close(absorbed_weights, weights, rtol=0, atol=1e-12)
         cache = LatentCache()
-        steps = [layer(x[:, t:t + 1], cache, absorb=True)[0] for t in range(11)]
+        steps = [layer(x[:, t : t + 1], cache, absorb=True)[0] for t in range(11)]
     torch.testing.assert_close(torch.cat(steps, 1), explicit, rtol=0, atol=1e-12)
 
 
@@ -228,8 +250,9 @@ def test_gradients_agree_on_both_paths():
 # ------------------------------------------------------------------------ the latent cache
 
 
-@pytest.mark.parametrize("dtype, size", [(torch.bfloat16, 2), (torch.float32, 4),
-                                         (torch.float64, 8)])
+@pytest.mark.parametrize(
+    "dtype, size", [(torch.bfloat16, 2), (torch.float32, 4), (torch.float64, 8)]
+)
 def test_latent_cache_bytes_equal_the_formula(dtype, size):
     torch.manual_seed(3)
     layer = MultiHeadLatentAttention(32, 4, kv_rank=12, rope_dim=6).to(dtype)
@@ -238,8 +261,9 @@ def test_latent_cache_bytes_equal_the_formula(dtype, size):
         layer(random_input(batch=2, seq=5, width=32, dtype=dtype), cache)
         layer(random_input(batch=2, seq=3, width=32, dtype=dtype, seed=1), cache)
     assert cache.latents.shape == (2, 8, 12) and cache.rope_keys.shape == (2, 8, 6)
-    assert cache.nbytes == latent_cache_bytes(batch_size=2, seq_len=8, num_layers=1,
-                                              kv_rank=12, rope_dim=6, bytes_per_element=size)
+    assert cache.nbytes == latent_cache_bytes(
+        batch_size=2, seq_len=8, num_layers=1, kv_rank=12, rope_dim=6, bytes_per_element=size
+    )
     assert cache.nbytes == 2 * 8 * (12 + 6) * size
     assert LatentCache().nbytes == 0 and len(LatentCache()) == 0
 
@@ -289,10 +313,11 @@ def test_from_deepseek_refuses_a_wrong_state_dict():
     with pytest.raises(ValueError, match="does not divide"):
         MultiHeadLatentAttention.from_deepseek(state, 7)
     with pytest.raises(ValueError, match="several dtypes"):
-        MultiHeadLatentAttention.from_deepseek({**state, "o_proj.weight":
-                                                state["o_proj.weight"].float()}, 4)
+        MultiHeadLatentAttention.from_deepseek(
+            {**state, "o_proj.weight": state["o_proj.weight"].float()}, 4
+        )
     bias = torch.zeros(state["o_proj.weight"].shape[0], dtype=torch.float64)
-    with pytest.raises(ValueError, match="o_proj.bias"):          # attention_bias=True
+    with pytest.raises(ValueError, match="o_proj.bias"):  # attention_bias=True
         MultiHeadLatentAttention.from_deepseek({**state, "o_proj.bias": bias}, 4)
 
 
@@ -304,25 +329,33 @@ def test_the_stored_reference_is_what_transformers_computes():
     stored = data.load_deepseek_reference()
     fresh = reference.record()
     for name in ("x", "output", "cached_output", "cached_latents", "cached_rope_keys"):
-        torch.testing.assert_close(stored[name], torch.tensor(fresh[name], dtype=torch.float64),
-                                   rtol=0, atol=1e-14)
+        torch.testing.assert_close(
+            stored[name], torch.tensor(fresh[name], dtype=torch.float64), rtol=0, atol=1e-14
+        )
     for name, tensor in stored["weights"].items():
         assert torch.equal(tensor, torch.tensor(fresh["weights"][name], dtype=torch.float64))
-    for name in ("config", "deepseek_v3_config_defaults", "deepseek_v2_config_defaults",
-                 "deepseek_v3_attention_parameters", "prefill"):
+    for name in (
+        "config",
+        "deepseek_v3_config_defaults",
+        "deepseek_v2_config_defaults",
+        "deepseek_v3_attention_parameters",
+        "prefill",
+    ):
         assert stored[name] == fresh[name], name
 
 
 def test_the_course_layer_reproduces_the_stored_reference():
     stored = data.load_deepseek_reference()
-    layer = MultiHeadLatentAttention.from_deepseek(stored["weights"],
-                                                   stored["config"]["num_attention_heads"])
+    layer = MultiHeadLatentAttention.from_deepseek(
+        stored["weights"], stored["config"]["num_attention_heads"]
+    )
     with torch.no_grad():
         torch.testing.assert_close(layer(stored["x"])[0], stored["output"], rtol=0, atol=1e-10)
         cache, prefill = LatentCache(), stored["prefill"]
         pieces = [layer(stored["x"][:, :prefill], cache)[0]] + [
-            layer(stored["x"][:, t:t + 1], cache, absorb=True)[0]
-            for t in range(prefill, stored["x"].shape[1])]
+            layer(stored["x"][:, t : t + 1], cache, absorb=True)[0]
+            for t in range(prefill, stored["x"].shape[1])
+        ]
     torch.testing.assert_close(torch.cat(pieces, 1), stored["cached_output"], rtol=0, atol=1e-10)
     torch.testing.assert_close(cache.latents, stored["cached_latents"], rtol=0, atol=1e-12)
     torch.testing.assert_close(cache.rope_keys, stored["cached_rope_keys"], rtol=0, atol=1e-12)

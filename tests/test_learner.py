@@ -18,23 +18,36 @@ from tools import ROOT, exercises, learner
 from tools.pdf import served
 
 CHAPTERS = learner.CHAPTERS
-MYST_LEFTOVERS = (":::{", "```{", "{cite}", "{ref}", "{numref}", "{doc}", ":label:", ":class:",
-                  "{solution", "{exercise")
+MYST_LEFTOVERS = (
+    ":::{",
+    "```{",
+    "{cite}",
+    "{ref}",
+    "{numref}",
+    "{doc}",
+    ":label:",
+    ":class:",
+    "{solution",
+    "{exercise",
+)
 GRADER_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "BEGIN QUESTION")
 # The MathJax 3 that sphinx-mathjax-offline ships for the website (no network needed).
 MATHJAX = pathlib.Path(sysconfig.get_path("purelib"), "sphinx-mathjax-offline", "static")
 # JupyterLab's own MathJax 3 settings: $...$ inline, $$...$$ displayed.
-MATHJAX_3 = ('<script>window.MathJax = {tex: {inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]], '
-             'displayMath: [["$$", "$$"], ["\\\\[", "\\\\]"]], processEscapes: true}};</script>'
-             '<script src="/mathjax/tex-chtml-full.js"></script>')
+MATHJAX_3 = (
+    '<script>window.MathJax = {tex: {inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]], '
+    'displayMath: [["$$", "$$"], ["\\\\[", "\\\\]"]], processEscapes: true}};</script>'
+    '<script src="/mathjax/tex-chtml-full.js"></script>'
+)
 
 
 def rendered(chapter):
     """The learner notebook as nbconvert's JupyterLab template renders it, MathJax 3 local."""
     notebook = nbformat.read(ROOT / "notebooks" / chapter.name, as_version=4)
     html, _ = HTMLExporter(template_name="lab").from_notebook_node(notebook)
-    return re.sub(r'<script src="https://cdnjs[^"]*mathjax[^"]*">\s*</script>',
-                  lambda _: MATHJAX_3, html)
+    return re.sub(
+        r'<script src="https://cdnjs[^"]*mathjax[^"]*">\s*</script>', lambda _: MATHJAX_3, html
+    )
 
 
 def test_the_learner_edition_is_up_to_date():
@@ -55,8 +68,9 @@ def test_rendered_notebook_has_no_markup_and_no_solution(chapter, pages):
     soup = BeautifulSoup((pages / f"{chapter.stem}.html").read_text(), "html.parser")
     markdown = "\n".join(cell.get_text() for cell in soup.select(".jp-MarkdownCell"))
     everything = soup.get_text()
-    assert not [m for m in MYST_LEFTOVERS if m in markdown], \
-        [m for m in MYST_LEFTOVERS if m in markdown]
+    assert not [m for m in MYST_LEFTOVERS if m in markdown], [
+        m for m in MYST_LEFTOVERS if m in markdown
+    ]
     assert not [m for m in GRADER_MARKERS if m in everything]
     instructor = nbformat.read(chapter, as_version=4)
     for fragment in solution_fragments(instructor):

@@ -38,8 +38,7 @@ def max_error(a, b):
 # ------------------------------------------------------------------ references by loops
 
 
-def linear_attention_by_pairs(query, key, value, phi, causal=True, normalize=True,
-                              log_decay=None):
+def linear_attention_by_pairs(query, key, value, phi, causal=True, normalize=True, log_decay=None):
     """Every weight phi(q_i) . phi(k_j) exp(g_(j+1) + ... + g_i), one pair at a time."""
     out = torch.zeros(*query.shape[:-1], value.shape[-1], dtype=F64)
     for batch in itertools.product(*(range(s) for s in query.shape[:-2])):
@@ -49,7 +48,7 @@ def linear_attention_by_pairs(query, key, value, phi, causal=True, normalize=Tru
             for j in range(i + 1 if causal else k.shape[0]):
                 weight = float(phi(q[i]) @ phi(k[j]))
                 if log_decay is not None:
-                    weight *= math.exp(float(log_decay[batch][j + 1:i + 1].sum()))
+                    weight *= math.exp(float(log_decay[batch][j + 1 : i + 1].sum()))
                 total += weight
                 numerator += weight * v[j]
             out[batch][i] = numerator / total if normalize else numerator
@@ -84,7 +83,7 @@ def test_linear_attention_equals_the_pairwise_sum(name, causal):
     q, k = normal(2, 9, 4), normal(2, 9, 4, seed=1)
     v = normal(2, 9, 3, seed=2)
     phi = {"elu": lambda x: F.elu(x) + 1, "relu": F.relu, "identity": lambda x: x}[name]
-    normalize = name == "elu"                   # the others can sum to 0: unnormalised
+    normalize = name == "elu"  # the others can sum to 0: unnormalised
     expected = linear_attention_by_pairs(q, k, v, phi, causal, normalize)
     ours = linear_attention(q, k, v, name, causal=causal, normalize=normalize)
     assert max_error(ours, expected) < 1e-12
@@ -103,8 +102,7 @@ def test_parallel_recurrent_and_chunked_linear_attention_agree(chunk_size, decay
     n = 12, 4 and 12 do, 13 and 50 exceed it."""
     q, k, v = normal(2, 3, 12, 4), normal(2, 3, 12, 4, seed=1), normal(2, 3, 12, 5, seed=2)
     log_decay = -normal(2, 3, 12, seed=3).abs() if decay else None
-    expected = linear_attention_by_pairs(q, k, v, lambda x: F.elu(x) + 1,
-                                         log_decay=log_decay)
+    expected = linear_attention_by_pairs(q, k, v, lambda x: F.elu(x) + 1, log_decay=log_decay)
     ours = linear_attention(q, k, v, log_decay=log_decay, chunk_size=chunk_size)
     assert max_error(ours, expected) < 1e-12
 
@@ -113,7 +111,7 @@ def test_a_callable_feature_map_and_a_zero_normaliser():
     q, k, v = normal(7, 3), normal(7, 3, seed=1), normal(7, 2, seed=2)
     squared = linear_attention(q, k, v, feature_map=lambda x: x**2)
     assert max_error(squared, linear_attention_by_pairs(q, k, v, lambda x: x**2)) < 1e-12
-    q[2] = -1.0                                 # ReLU features of query 2 are all 0
+    q[2] = -1.0  # ReLU features of query 2 are all 0
     out = linear_attention(q, k, v, feature_map="relu")
     assert torch.isfinite(out).all() and (out[2] == 0).all()
 
@@ -138,12 +136,16 @@ def test_delta_rule_equals_the_token_loop(decay, chunk_size):
     q, k = normal(2, 3, 16, 4), F.normalize(normal(2, 3, 16, 4, seed=1), dim=-1)
     v = normal(2, 3, 16, 5, seed=2)
     beta, g = gates(2, 3, 16, seed=3)
-    log_decay = {"none": None, "per token": g,
-                 "per channel": -0.3 * F.softplus(normal(2, 3, 16, 4, seed=5))}[decay]
+    log_decay = {
+        "none": None,
+        "per token": g,
+        "per channel": -0.3 * F.softplus(normal(2, 3, 16, 4, seed=5)),
+    }[decay]
     for state in (None, normal(2, 3, 4, 5, seed=6)):
         expected, expected_state = delta_rule_by_tokens(q, k, v, beta, log_decay, state)
-        ours, final = delta_rule(q, k, v, beta, log_decay, chunk_size=chunk_size,
-                                 initial_state=state)
+        ours, final = delta_rule(
+            q, k, v, beta, log_decay, chunk_size=chunk_size, initial_state=state
+        )
         assert max_error(ours, expected) < 1e-12
         assert max_error(final, expected_state) < 1e-12
 
@@ -154,8 +156,9 @@ def test_the_final_state_continues_the_sequence():
     beta, g = gates(2, 20, seed=3)
     whole, whole_state = delta_rule(q, k, v, beta, g, chunk_size=8)
     first, state = delta_rule(q[:, :7], k[:, :7], v[:, :7], beta[:, :7], g[:, :7])
-    second, final = delta_rule(q[:, 7:], k[:, 7:], v[:, 7:], beta[:, 7:], g[:, 7:],
-                               chunk_size=4, initial_state=state)
+    second, final = delta_rule(
+        q[:, 7:], k[:, 7:], v[:, 7:], beta[:, 7:], g[:, 7:], chunk_size=4, initial_state=state
+    )
     assert max_error(torch.cat([first, second], dim=1), whole) < 1e-12
     assert max_error(final, whole_state) < 1e-12
 
@@ -163,25 +166,30 @@ def test_the_final_state_continues_the_sequence():
 def test_with_beta_one_and_orthonormal_keys_the_state_stores_every_pair():
     """The regression reading: each step makes S^T k_t = v_t; orthonormal keys do not
     disturb each other, so all d pairs are recalled exactly afterwards."""
-    keys = torch.linalg.qr(normal(6, 6))[0]                # rows orthonormal
+    keys = torch.linalg.qr(normal(6, 6))[0]  # rows orthonormal
     values = normal(6, 3, seed=1)
     _, state = delta_rule(keys, keys, values, torch.ones(6, dtype=F64))
     assert max_error(keys @ state, values) < 1e-12
-    repeated = torch.cat([keys, keys[:1]])                  # key 0 again, a new value
+    repeated = torch.cat([keys, keys[:1]])  # key 0 again, a new value
     new_values = torch.cat([values, normal(1, 3, seed=2)])
     _, state = delta_rule(repeated, repeated, new_values, torch.ones(7, dtype=F64))
-    assert max_error(keys[0] @ state, new_values[6]) < 1e-12   # overwritten, not added
+    assert max_error(keys[0] @ state, new_values[6]) < 1e-12  # overwritten, not added
 
 
 def test_chunked_gradients_equal_recurrent_ones():
     q, k, v = (normal(1, 2, 7, 3, seed=s).requires_grad_() for s in range(3))
     beta, g = (t.requires_grad_() for t in gates(1, 2, 7, seed=3))
     assert torch.autograd.gradcheck(
-        lambda q, k, v, beta, g: delta_rule(q, F.normalize(k, dim=-1), v, beta, g,
-                                            chunk_size=3)[0], (q, k, v, beta, g))
-    grads = [torch.autograd.grad(
-        delta_rule(q, F.normalize(k, dim=-1), v, beta, g, chunk_size=size)[0].sum(),
-        (q, k, v, beta, g)) for size in (None, 3)]
+        lambda q, k, v, beta, g: delta_rule(q, F.normalize(k, dim=-1), v, beta, g, chunk_size=3)[0],
+        (q, k, v, beta, g),
+    )
+    grads = [
+        torch.autograd.grad(
+            delta_rule(q, F.normalize(k, dim=-1), v, beta, g, chunk_size=size)[0].sum(),
+            (q, k, v, beta, g),
+        )
+        for size in (None, 3)
+    ]
     assert max(max_error(a, b) for a, b in zip(*grads)) < 1e-12
 
 
@@ -202,10 +210,14 @@ def in_float64(function, module, casts):
     return namespace[function.__name__]
 
 
-QWEN = {"recurrent": (qwen3_next.torch_recurrent_gated_delta_rule, 1),
-        "chunk": (qwen3_next.torch_chunk_gated_delta_rule, 1)}
-KIMI = {"recurrent": (kimi_linear.recurrent_kimi_delta_attention, 1),
-        "chunk": (kimi_linear.chunk_kimi_delta_attention, 2)}
+QWEN = {
+    "recurrent": (qwen3_next.torch_recurrent_gated_delta_rule, 1),
+    "chunk": (qwen3_next.torch_chunk_gated_delta_rule, 1),
+}
+KIMI = {
+    "recurrent": (kimi_linear.recurrent_kimi_delta_attention, 1),
+    "chunk": (kimi_linear.chunk_kimi_delta_attention, 2),
+}
 
 
 def their_inputs(channels, seed=0, dtype=F64):
@@ -229,8 +241,9 @@ def ours_on(q, k, v, g, beta, l2norm, chunk_size, state):
     return out.transpose(1, 2), final
 
 
-@pytest.mark.parametrize("model, form", [(m, f) for m in ("qwen", "kimi")
-                                         for f in ("recurrent", "chunk")])
+@pytest.mark.parametrize(
+    "model, form", [(m, f) for m in ("qwen", "kimi") for f in ("recurrent", "chunk")]
+)
 @pytest.mark.parametrize("chunk_size", [None, 4, 64])
 @pytest.mark.parametrize("with_state", [False, True])
 def test_equal_to_transformers_references_in_float64(model, form, chunk_size, with_state):
@@ -240,9 +253,17 @@ def test_equal_to_transformers_references_in_float64(model, form, chunk_size, wi
     q, k, v, g, beta = their_inputs(channels=model == "kimi")
     state = normal(2, 3, 8, 6, seed=9) if with_state else None
     options = dict(chunk_size=16) if form == "chunk" else {}
-    theirs, their_state = reference(q, k, v, g=g, beta=beta, initial_state=state,
-                                    output_final_state=True, use_qk_l2norm_in_kernel=True,
-                                    **options)
+    theirs, their_state = reference(
+        q,
+        k,
+        v,
+        g=g,
+        beta=beta,
+        initial_state=state,
+        output_final_state=True,
+        use_qk_l2norm_in_kernel=True,
+        **options,
+    )
     ours, our_state = ours_on(q, k, v, g, beta, module.l2norm, chunk_size, state)
     assert max_error(ours, theirs) < 1e-10
     assert max_error(our_state, their_state) < 1e-10
@@ -257,9 +278,16 @@ def test_equal_to_transformers_references_as_they_are_in_float32(model):
     q, k, v, g, beta = their_inputs(channels=model == "kimi", seed=20)
     ours, our_state = ours_on(q, k, v, g, beta, module.l2norm, 5, None)
     for function, _ in references.values():
-        theirs, their_state = function(q.float(), k.float(), v.float(), g=g.float(),
-                                       beta=beta.float(), initial_state=None,
-                                       output_final_state=True, use_qk_l2norm_in_kernel=True)
+        theirs, their_state = function(
+            q.float(),
+            k.float(),
+            v.float(),
+            g=g.float(),
+            beta=beta.float(),
+            initial_state=None,
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+        )
         assert max_error(ours, theirs) < 1e-5
         assert max_error(our_state, their_state) < 1e-5
 
@@ -267,9 +295,9 @@ def test_equal_to_transformers_references_as_they_are_in_float32(model):
 # ------------------------------------------------------------------ dtypes and devices
 
 
-@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5),
-                                              (torch.bfloat16, 5e-2),
-                                              (torch.float16, 5e-3)])
+@pytest.mark.parametrize(
+    "dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 5e-2), (torch.float16, 5e-3)]
+)
 def test_dtypes_are_kept_and_half_precision_is_computed_in_float32(dtype, tolerance):
     q, k = normal(2, 33, 8), F.normalize(normal(2, 33, 8, seed=1), dim=-1)
     v = normal(2, 33, 4, seed=2)
@@ -283,14 +311,18 @@ def test_dtypes_are_kept_and_half_precision_is_computed_in_float32(dtype, tolera
         assert max_error(out, exact) <= tolerance * scale
         assert max_error(state, exact_state) <= tolerance * (1 + exact_state.abs().max().item())
     out = linear_attention(low[0], low[1], low[2], log_decay=low[4], chunk_size=8)
-    exact = linear_attention(*[t.double() for t in (low[0], low[1], low[2])],
-                             log_decay=low[4].double())
+    exact = linear_attention(
+        *[t.double() for t in (low[0], low[1], low[2])], log_decay=low[4].double()
+    )
     assert out.dtype == dtype and max_error(out, exact) <= tolerance * 2
 
 
 def test_nothing_is_made_on_the_cpu_behind_the_callers_back():
-    meta = [torch.empty(2, 10, 4, device="meta"), torch.empty(2, 10, 4, device="meta"),
-            torch.empty(2, 10, 3, device="meta")]
+    meta = [
+        torch.empty(2, 10, 4, device="meta"),
+        torch.empty(2, 10, 4, device="meta"),
+        torch.empty(2, 10, 3, device="meta"),
+    ]
     per_token = torch.empty(2, 10, device="meta")
     for chunk_size in (None, 4):
         out, state = delta_rule(*meta, per_token, per_token, chunk_size=chunk_size)
@@ -315,8 +347,7 @@ def test_an_empty_sequence_gives_an_empty_output_and_the_initial_state():
     q, v = normal(2, 0, 4), normal(2, 0, 3)
     state = normal(2, 4, 3, seed=1)
     for chunk_size in (None, 4):
-        out, final = delta_rule(q, q, v, q[..., 0], initial_state=state,
-                                chunk_size=chunk_size)
+        out, final = delta_rule(q, q, v, q[..., 0], initial_state=state, chunk_size=chunk_size)
         assert out.shape == (2, 0, 3) and torch.equal(final, state)
         assert linear_attention(q, q, v, chunk_size=chunk_size).shape == (2, 0, 3)
 
@@ -333,7 +364,7 @@ def test_chunked_forms_of_an_empty_dimension_equal_the_unchunked_ones(empty):
         whole = linear_attention(q, k, v, log_decay=decay)
         chunked = linear_attention(q, k, v, log_decay=decay, chunk_size=2)
         assert chunked.shape == whole.shape == (b, h, n, d_v)
-        assert torch.equal(chunked, whole)                     # both empty, or both zero
+        assert torch.equal(chunked, whole)  # both empty, or both zero
     for decay in (None, g, channels):
         whole = delta_rule(q, k, v, beta, log_decay=decay)
         chunked = delta_rule(q, k, v, beta, log_decay=decay, chunk_size=2)

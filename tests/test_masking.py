@@ -30,8 +30,9 @@ def test_masked_softmax_matches_loops(seed):
     per_sequence = torch.randint(0, 6, (3,), generator=g)
     per_query = torch.randint(0, 6, (3, 4), generator=g)
     for lengths in (per_sequence, per_query):
-        torch.testing.assert_close(masked_softmax(scores, lengths),
-                                   brute_force_masked_softmax(scores, lengths))
+        torch.testing.assert_close(
+            masked_softmax(scores, lengths), brute_force_masked_softmax(scores, lengths)
+        )
 
 
 def test_no_valid_lens_is_plain_softmax():
@@ -61,8 +62,12 @@ def test_float16_masked_softmax_is_finite():
     scores = torch.randn(2, 3, 4).half()
     weights = masked_softmax(scores, torch.tensor([0, 3]))
     assert torch.isfinite(weights).all()
-    torch.testing.assert_close(weights[1].float(), brute_force_masked_softmax(
-        scores.float(), torch.tensor([0, 3]))[1], atol=2e-3, rtol=0)
+    torch.testing.assert_close(
+        weights[1].float(),
+        brute_force_masked_softmax(scores.float(), torch.tensor([0, 3]))[1],
+        atol=2e-3,
+        rtol=0,
+    )
 
 
 @pytest.mark.parametrize("n_q, n_k", [(4, 4), (3, 5), (5, 3), (1, 1)])
@@ -73,7 +78,8 @@ def test_causal_mask_matches_definition_and_pytorch(n_q, n_k):
     q, k, v = torch.randn(n_q, 6), torch.randn(n_k, 6), torch.randn(n_k, 2)
     torch.testing.assert_close(
         torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+    )
 
 
 def test_valid_lens_mask_shapes():
@@ -81,36 +87,72 @@ def test_valid_lens_mask_shapes():
     assert valid_lens_mask(torch.tensor([[1, 3], [0, 5]]), 2, 5).shape == (2, 2, 5)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: masked_softmax(torch.randn(3, 4), torch.tensor([1, 2, 3])), r"scores must be \(batch, \.\.\., n_queries, n_keys\), got shape \(3, 4\)"),
-    (lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([1, 2, 3])), r"valid_lens \(3,\) and scores \(2, 3, 4\) disagree on the batch size"),
-    (lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([1, 5])), r"valid_lens \[1, 5\] out of range: each must be in \[0, n_keys=4\]"),
-    (lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([-1, 2])), r"out of range"),
-    (lambda: masked_softmax(torch.randn(2, 3, 4), torch.ones(2, 2, dtype=torch.long)), r"valid_lens \(2, 2\) must be \(batch,\) or \(batch, n_queries=3\)"),
-    (lambda: masked_softmax(torch.randn(2, 3, 4), torch.ones(2, 3, 1, dtype=torch.long)), r"valid_lens must have 1 or 2 dimensions, got shape \(2, 3, 1\)"),
-    (lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([1.5, 2.0])), r"whole numbers"),
-    (lambda: causal_mask(0, 3), r"n_queries, n_keys >= 1, got \(0, 3\)"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: masked_softmax(torch.randn(3, 4), torch.tensor([1, 2, 3])),
+            r"scores must be \(batch, \.\.\., n_queries, n_keys\), got shape \(3, 4\)",
+        ),
+        (
+            lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([1, 2, 3])),
+            r"valid_lens \(3,\) and scores \(2, 3, 4\) disagree on the batch size",
+        ),
+        (
+            lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([1, 5])),
+            r"valid_lens \[1, 5\] out of range: each must be in \[0, n_keys=4\]",
+        ),
+        (lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([-1, 2])), r"out of range"),
+        (
+            lambda: masked_softmax(torch.randn(2, 3, 4), torch.ones(2, 2, dtype=torch.long)),
+            r"valid_lens \(2, 2\) must be \(batch,\) or \(batch, n_queries=3\)",
+        ),
+        (
+            lambda: masked_softmax(torch.randn(2, 3, 4), torch.ones(2, 3, 1, dtype=torch.long)),
+            r"valid_lens must have 1 or 2 dimensions, got shape \(2, 3, 1\)",
+        ),
+        (lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([1.5, 2.0])), r"whole numbers"),
+        (lambda: causal_mask(0, 3), r"n_queries, n_keys >= 1, got \(0, 3\)"),
+    ],
+)
 def test_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: masked_softmax(torch.randn(2, 3, 4), [1, 2]), r"valid_lens must be a torch.Tensor, got list"),
-    (lambda: masked_softmax([[[1.0]]]), r"scores must be a torch.Tensor, got list"),
-    (lambda: causal_mask(2.5), r"n_queries must be an integer, got 2.5"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: masked_softmax(torch.randn(2, 3, 4), [1, 2]),
+            r"valid_lens must be a torch.Tensor, got list",
+        ),
+        (lambda: masked_softmax([[[1.0]]]), r"scores must be a torch.Tensor, got list"),
+        (lambda: causal_mask(2.5), r"n_queries must be an integer, got 2.5"),
+    ],
+)
 def test_wrong_types_raise_type_error(call, message):
     with pytest.raises(TypeError, match=message):
         call()
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor(2)), r"valid_lens must have 1 or 2 dimensions, got shape \(\)"),
-    (lambda: masked_softmax(torch.ones(2, 3, 4, dtype=torch.long)), r"scores \(2, 3, 4\) must hold floating-point numbers .*, got torch.int64"),
-    (lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([True, False])), r"valid_lens \(2,\) must hold lengths"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor(2)),
+            r"valid_lens must have 1 or 2 dimensions, got shape \(\)",
+        ),
+        (
+            lambda: masked_softmax(torch.ones(2, 3, 4, dtype=torch.long)),
+            r"scores \(2, 3, 4\) must hold floating-point numbers .*, got torch.int64",
+        ),
+        (
+            lambda: masked_softmax(torch.randn(2, 3, 4), torch.tensor([True, False])),
+            r"valid_lens \(2,\) must hold lengths",
+        ),
+    ],
+)
 def test_the_issues_bad_inputs_raise_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
@@ -120,8 +162,8 @@ def test_the_issues_bad_inputs_raise_value_error(call, message):
 @pytest.mark.parametrize("valid_lens", [None, torch.tensor([4, 2])])
 def test_a_row_of_all_minus_inf_scores_is_a_fully_masked_row(dtype, valid_lens):
     scores = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0)).to(dtype)
-    scores[0, 1] = float("-inf")                        # every key scored -inf
-    scores[1, 2, :2] = float("-inf")                    # the valid keys scored -inf
+    scores[0, 1] = float("-inf")  # every key scored -inf
+    scores[1, 2, :2] = float("-inf")  # the valid keys scored -inf
     scores.requires_grad_(True)
     weights = masked_softmax(scores, valid_lens)
     assert weights.dtype == dtype and torch.isfinite(weights).all()
@@ -141,8 +183,7 @@ def test_minus_inf_scores_change_nothing_where_a_key_is_left():
     scores[:, :, 1] = float("-inf")
     lens = torch.tensor([6, 3, 2])
     assert torch.equal(masked_softmax(scores), torch.softmax(scores, -1))
-    assert torch.equal(masked_softmax(scores, lens),
-                       masked_softmax_reference(scores, lens))
+    assert torch.equal(masked_softmax(scores, lens), masked_softmax_reference(scores, lens))
 
 
 def masked_softmax_reference(scores, lens):

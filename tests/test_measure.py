@@ -23,27 +23,24 @@ def random(*shape, seed=0, dtype=torch.float64):
 
 
 def qkv(batch, length, n_keys, dim=16, value_dim=16):
-    return (random(*batch, length, dim, seed=1), random(*batch, n_keys, dim, seed=2),
-            random(*batch, n_keys, value_dim, seed=3))
+    return (
+        random(*batch, length, dim, seed=1),
+        random(*batch, n_keys, dim, seed=2),
+        random(*batch, n_keys, value_dim, seed=3),
+    )
 
 
 def test_no_tensor_as_large_as_the_score_matrix():
     query, key, value = qkv((1, 2), 512, 600, dim=32, value_dim=32)
-    _, (numel, shape, _) = largest_tensor(
-        flash_attention, query, key, value, block_size=64
-    )
+    _, (numel, shape, _) = largest_tensor(flash_attention, query, key, value, block_size=64)
     assert numel == 2 * 512 * 32, shape  # the output itself
-    _, (numel, shape, operation) = largest_tensor(
-        naive_attention, query, key, value
-    )
+    _, (numel, shape, operation) = largest_tensor(naive_attention, query, key, value)
     assert numel == 2 * 512 * 600 and "bmm" in operation
 
 
 def test_largest_tensor_sees_fused_kernels():
     query = random(1, 1, 300, 16)
-    _, (numel, _, operation) = largest_tensor(
-        F.scaled_dot_product_attention, query, query, query
-    )
+    _, (numel, _, operation) = largest_tensor(F.scaled_dot_product_attention, query, query, query)
     assert numel == 300 * 16 and "scaled_dot_product" in operation
 
 

@@ -24,8 +24,7 @@ def test_grid_shares_one_colour_scale():
     assert {image.get_clim() for image in images} == {(0, 1.0)}  # weights are probabilities
     plt.close(fig)
     fig = plot_attention(weights, vmax=None)
-    assert {ax.images[0].get_clim() for ax in fig.axes if ax.images} == {
-        (0, weights.max().item())}
+    assert {ax.images[0].get_clim() for ax in fig.axes if ax.images} == {(0, weights.max().item())}
     plt.close(fig)
 
 
@@ -34,7 +33,8 @@ def test_schematic_draws_one_line_per_key_as_thick_as_its_weight():
     ax = plot_attention_schematic(weights)
     query_lines = [line for line in ax.get_lines() if line.get_xdata()[0] == 0.25]
     assert [line.get_linewidth() for line in query_lines] == pytest.approx(
-        [0.5 + 8 * w for w in weights.tolist()])
+        [0.5 + 8 * w for w in weights.tolist()]
+    )
     texts = [t.get_text() for t in ax.texts]
     assert "$\\alpha_{2} = 0.60$" in texts and "$k_{3}$" in texts and "$v_{1}$" in texts
     plt.close(ax.figure)
@@ -43,7 +43,9 @@ def test_schematic_draws_one_line_per_key_as_thick_as_its_weight():
 
 
 def test_bad_heatmap_input_raises():
-    with pytest.raises(ValueError, match=r"weights must have 2 or 3 or 4 dimensions, got shape \(5,\)"):
+    with pytest.raises(
+        ValueError, match=r"weights must have 2 or 3 or 4 dimensions, got shape \(5,\)"
+    ):
         plot_attention(torch.ones(5))
     with pytest.raises(ValueError, match=r"2 titles for 3 panels"):
         plot_attention(torch.ones(3, 2, 2), titles=["a", "b"])

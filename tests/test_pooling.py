@@ -24,7 +24,9 @@ def brute_force_nw(queries, keys, values, bandwidths, kernel):
         row = [kv / total for kv in k_values]
         weights.append(row)
         predictions.append(sum(w * v for w, v in zip(row, values.tolist())))
-    return torch.tensor(predictions, dtype=torch.float64), torch.tensor(weights, dtype=torch.float64)
+    return torch.tensor(predictions, dtype=torch.float64), torch.tensor(
+        weights, dtype=torch.float64
+    )
 
 
 def random_problem(seed, n_q=7, n_k=15):
@@ -78,8 +80,9 @@ def test_infinite_bandwidth_is_average_pooling():
 def test_tiny_bandwidth_is_nearest_neighbour():
     queries, keys, values = random_problem(6)
     got, _ = nadaraya_watson(queries, keys, values, 1e-4)
-    nearest = torch.tensor([min(range(15), key=lambda j: abs(q - keys[j].item()))
-                            for q in queries.tolist()])
+    nearest = torch.tensor(
+        [min(range(15), key=lambda j: abs(q - keys[j].item())) for q in queries.tolist()]
+    )
     torch.testing.assert_close(got, values[nearest])
 
 
@@ -94,16 +97,22 @@ def test_gaussian_far_query_does_not_underflow_to_nan():
 @pytest.mark.parametrize("kernel", ["boxcar", "epanechnikov"])
 def test_compact_kernel_out_of_reach_raises(kernel):
     with pytest.raises(ValueError, match=r"no key within the kernel's reach"):
-        nadaraya_watson(torch.tensor([0.5, 50.0]), torch.tensor([0.0, 1.0]),
-                        torch.tensor([1.0, 2.0]), 1.0, kernel)
+        nadaraya_watson(
+            torch.tensor([0.5, 50.0]),
+            torch.tensor([0.0, 1.0]),
+            torch.tensor([1.0, 2.0]),
+            1.0,
+            kernel,
+        )
 
 
 def brute_force_loo(keys, values, bandwidth):
     errors = []
     for i in range(len(keys)):
         rest = [j for j in range(len(keys)) if j != i]
-        prediction, _ = brute_force_nw(keys[i:i + 1], keys[rest], values[rest],
-                                       [bandwidth] * len(rest), "gaussian")
+        prediction, _ = brute_force_nw(
+            keys[i : i + 1], keys[rest], values[rest], [bandwidth] * len(rest), "gaussian"
+        )
         errors.append((prediction.item() - values[i].item()) ** 2)
     return sum(errors) / len(errors)
 
@@ -112,7 +121,8 @@ def brute_force_loo(keys, values, bandwidth):
 def test_leave_one_out_matches_refitting_without_each_point(bandwidth):
     _, keys, values = random_problem(7)
     assert leave_one_out_mse(keys, values, bandwidth) == pytest.approx(
-        brute_force_loo(keys, values, bandwidth), rel=1e-9)
+        brute_force_loo(keys, values, bandwidth), rel=1e-9
+    )
 
 
 def test_module_forward_equals_function():
@@ -174,20 +184,55 @@ def test_in_sample_training_without_leave_one_out_shrinks_the_width():
     assert model.bandwidth.item() < 0.05  # each point ends up copying its own value
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: nadaraya_watson(torch.ones(2, 2), torch.ones(3), torch.ones(3)), r"queries must have 1 dimensions, got shape \(2, 2\)"),
-    (lambda: nadaraya_watson(torch.ones(2), torch.ones(3, 1), torch.ones(3)), r"keys must have 1 dimensions, got shape \(3, 1\)"),
-    (lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(4)), r"keys \(3,\) and values \(4,\)"),
-    (lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(3, 1, 1)), r"values must have 1 or 2 dimensions, got shape \(3, 1, 1\)"),
-    (lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(3), 0.0), r"bandwidth must be positive"),
-    (lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(3), -1.0), r"bandwidth must be positive"),
-    (lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(3), torch.ones(4)), r"per-key bandwidth must have shape \(3,\).*got \(4,\)"),
-    (lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(3), 1.0, "cosine"), r"unknown kernel 'cosine'"),
-    (lambda: leave_one_out_mse(torch.ones(3), torch.ones(2)), r"keys \(3,\) and values \(2,\)"),
-    (lambda: KernelRegression(torch.ones(3), torch.ones(2)), r"keys \(3,\) and values \(2,\)"),
-    (lambda: KernelRegression(torch.tensor([0.0, float("nan")]), torch.ones(2)), r"keys of shape \(2,\) holds NaN"),
-    (lambda: KernelRegression(torch.ones(3), torch.ones(3))(torch.zeros(3), leave_one_out=True), r"leave_one_out=True needs the queries to be the keys"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: nadaraya_watson(torch.ones(2, 2), torch.ones(3), torch.ones(3)),
+            r"queries must have 1 dimensions, got shape \(2, 2\)",
+        ),
+        (
+            lambda: nadaraya_watson(torch.ones(2), torch.ones(3, 1), torch.ones(3)),
+            r"keys must have 1 dimensions, got shape \(3, 1\)",
+        ),
+        (
+            lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(4)),
+            r"keys \(3,\) and values \(4,\)",
+        ),
+        (
+            lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(3, 1, 1)),
+            r"values must have 1 or 2 dimensions, got shape \(3, 1, 1\)",
+        ),
+        (
+            lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(3), 0.0),
+            r"bandwidth must be positive",
+        ),
+        (
+            lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(3), -1.0),
+            r"bandwidth must be positive",
+        ),
+        (
+            lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(3), torch.ones(4)),
+            r"per-key bandwidth must have shape \(3,\).*got \(4,\)",
+        ),
+        (
+            lambda: nadaraya_watson(torch.ones(2), torch.ones(3), torch.ones(3), 1.0, "cosine"),
+            r"unknown kernel 'cosine'",
+        ),
+        (lambda: leave_one_out_mse(torch.ones(3), torch.ones(2)), r"keys \(3,\) and values \(2,\)"),
+        (lambda: KernelRegression(torch.ones(3), torch.ones(2)), r"keys \(3,\) and values \(2,\)"),
+        (
+            lambda: KernelRegression(torch.tensor([0.0, float("nan")]), torch.ones(2)),
+            r"keys of shape \(2,\) holds NaN",
+        ),
+        (
+            lambda: KernelRegression(torch.ones(3), torch.ones(3))(
+                torch.zeros(3), leave_one_out=True
+            ),
+            r"leave_one_out=True needs the queries to be the keys",
+        ),
+    ],
+)
 def test_bad_input_raises_value_error_naming_shapes(call, message):
     with pytest.raises(ValueError, match=message):
         call()

@@ -18,7 +18,8 @@ def test_matches_formula():
 
 
 def test_relative_shift_is_a_rotation():
-    """P[p + k] is a fixed linear (rotation) map of P[p] for every p: the reason for sin/cos pairs."""
+    """P[p + k] is a fixed linear (rotation) map of P[p] for every p: the reason for sin/cos
+    pairs."""
     encoding = sinusoidal_positional_encoding(40, 8).double()
     shift = 3
     solution = torch.linalg.lstsq(encoding[:-shift], encoding[shift:]).solution

@@ -14,10 +14,13 @@ from attention_course.data import data_dir, load_minilm_reference
 # Padded batches: lengths from 3 to 256+ tokens, accents, digits, symbols and
 # an empty string, so that every batch has padding on all but one sentence.
 BATCHES = [
-    ["The cat sat on the mat.", "Hi",
-     "A quick brown fox jumps over the lazy dog, unbelievably!"],
-    ["", "Numbers like 3.14159 and 2,718 split into pieces.",
-     "Café déjà vu: naïve résumés", "Attention is all you need?"],
+    ["The cat sat on the mat.", "Hi", "A quick brown fox jumps over the lazy dog, unbelievably!"],
+    [
+        "",
+        "Numbers like 3.14159 and 2,718 split into pieces.",
+        "Café déjà vu: naïve résumés",
+        "Attention is all you need?",
+    ],
     ["word " * 300, "Short one.", "Kernel regression weights nearby labels."],
 ]
 
@@ -44,9 +47,10 @@ def bert():
     def in_dtype(dtype=torch.float32):
         if dtype not in models:
             models[dtype] = BertModel.from_pretrained(
-                str(pretrained.model_folder()), attn_implementation="eager",
-                dtype=dtype).eval()
+                str(pretrained.model_folder()), attn_implementation="eager", dtype=dtype
+            ).eval()
         return models[dtype]
+
     return in_dtype
 
 
@@ -57,8 +61,7 @@ def valid_rows(batch):
 
 
 @pytest.mark.parametrize("sentences", BATCHES)
-def test_sentence_embeddings_equal_sentence_transformers(sentences, course,
-                                                         sentence_transformer):
+def test_sentence_embeddings_equal_sentence_transformers(sentences, course, sentence_transformer):
     encoder, tokenizer = course
     ours = pretrained.embed_sentences(encoder, tokenizer, sentences)
     theirs = sentence_transformer.encode(sentences, convert_to_tensor=True)
@@ -76,22 +79,25 @@ def test_tokens_equal_the_reference_tokenizer(sentences, course, sentence_transf
 
 @pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
 @pytest.mark.parametrize("sentences", BATCHES)
-def test_hidden_states_and_every_heads_weights_equal_transformers(sentences, dtype, atol,
-                                                                  course, bert):
+def test_hidden_states_and_every_heads_weights_equal_transformers(
+    sentences, dtype, atol, course, bert
+):
     encoder = pretrained.SentenceEncoder.from_safetensors(dtype=dtype)
     reference = bert(dtype)
     batch = pretrained.tokenize(course[1], sentences)
     with torch.no_grad():
         hidden, weights = encoder(batch.ids, batch.valid_lens)
-        out = reference(input_ids=batch.ids, attention_mask=valid_rows(batch).long(),
-                        output_attentions=True)
+        out = reference(
+            input_ids=batch.ids, attention_mask=valid_rows(batch).long(), output_attentions=True
+        )
     rows = valid_rows(batch)  # padded queries are never read: compare real tokens
     torch.testing.assert_close(hidden[rows], out.last_hidden_state[rows], atol=atol, rtol=0)
     assert len(weights) == len(out.attentions) == 6
     for ours, theirs in zip(weights, out.attentions):
         assert ours.shape == theirs.shape == (len(sentences), 12, *batch.ids.shape[1:] * 2)
-        torch.testing.assert_close(ours.transpose(1, 2)[rows], theirs.transpose(1, 2)[rows],
-                                   atol=atol, rtol=0)
+        torch.testing.assert_close(
+            ours.transpose(1, 2)[rows], theirs.transpose(1, 2)[rows], atol=atol, rtol=0
+        )
         padding = ~rows[:, None, None, :].expand_as(ours)
         assert (ours[padding] == 0).all()  # no weight ever lands on padding
 
@@ -99,8 +105,8 @@ def test_hidden_states_and_every_heads_weights_equal_transformers(sentences, dty
 def test_stored_reference_is_what_sentence_transformers_computes(sentence_transformer, course):
     sentences, stored = load_minilm_reference()
     torch.testing.assert_close(
-        stored, sentence_transformer.encode(sentences, convert_to_tensor=True),
-        atol=1e-7, rtol=0)
+        stored, sentence_transformer.encode(sentences, convert_to_tensor=True), atol=1e-7, rtol=0
+    )
     ours = pretrained.embed_sentences(*course, sentences)
     torch.testing.assert_close(ours, stored, atol=1e-5, rtol=0)
     record = json.loads((data_dir() / "minilm_reference.json").read_text())
@@ -121,8 +127,11 @@ def test_every_weight_of_the_file_is_used_once():
     encoder = pretrained.SentenceEncoder(config)
     assert set(encoder.state_dict()) == set(ours)
     parameters = sum(p.numel() for p in encoder.parameters())
-    assert parameters == sum(bert_weights[name].numel() for name in bert_weights
-                             if name not in pretrained.IGNORED_WEIGHTS)
+    assert parameters == sum(
+        bert_weights[name].numel()
+        for name in bert_weights
+        if name not in pretrained.IGNORED_WEIGHTS
+    )
     with pytest.raises(ValueError, match="not used by SentenceEncoder"):
         pretrained.course_state_dict({**bert_weights, "extra.weight": torch.ones(1)}, config)
 
@@ -141,10 +150,12 @@ def test_ablating_heads_equals_zeroing_their_output_in_transformers(heads, cours
     mask = valid_rows(batch).long()
     handles = []
     for layer, head in heads:
+
         def hook(module, args, head=head):  # args[0]: (batch, L, 12 heads * 32)
             context = args[0].clone()
-            context[..., head * 32:(head + 1) * 32] = 0
+            context[..., head * 32 : (head + 1) * 32] = 0
             return (context,)
+
         dense = reference.encoder.layer[layer].attention.output.dense
         handles.append(dense.register_forward_pre_hook(hook))
     before = {name: value.clone() for name, value in encoder.state_dict().items()}
@@ -172,9 +183,8 @@ def test_with_every_head_ablated_a_token_depends_on_itself_and_its_position(cour
     position, and "The dog bit the man." and "The man bit the dog." differ only
     where their tokens do."""
     encoder, tokenizer = course
-    batch = pretrained.tokenize(tokenizer, ["The dog bit the man.",
-                                            "The man bit the dog."])
-    same = batch.ids[0] == batch.ids[1]                    # (L,)
+    batch = pretrained.tokenize(tokenizer, ["The dog bit the man.", "The man bit the dog."])
+    same = batch.ids[0] == batch.ids[1]  # (L,)
     assert same.any() and not same.all()
     every_head = [(layer, head) for layer in range(6) for head in range(12)]
     with torch.no_grad():
@@ -191,7 +201,7 @@ def test_ablation_restores_the_weights_after_an_error(course):
     before = encoder.layers[1].attention.out_proj.weight.clone()
     with pytest.raises(RuntimeError, match="inside"):
         with pretrained.ablated_heads(encoder, [(1, 3), (1, 4)]):
-            assert encoder.layers[1].attention.out_proj.weight[:, 3 * 32:5 * 32].eq(0).all()
+            assert encoder.layers[1].attention.out_proj.weight[:, 3 * 32 : 5 * 32].eq(0).all()
             raise RuntimeError("inside")
     assert torch.equal(encoder.layers[1].attention.out_proj.weight, before)
 
@@ -219,8 +229,7 @@ def attention_to_by_loops(weights, targets, valid_lens):
 def test_attention_to_equals_loops():
     generator = torch.Generator().manual_seed(0)
     valid_lens = torch.tensor([5, 3, 7])
-    weights = [torch.rand(3, 4, 7, 7, generator=generator, dtype=torch.float64)
-               for _ in range(2)]
+    weights = [torch.rand(3, 4, 7, 7, generator=generator, dtype=torch.float64) for _ in range(2)]
     targets = torch.rand(3, 7, 7, generator=generator) < 0.3
     targets[1, 0, 0] = True  # sentence 1 has a target for its first query
     per_head, per_sentence = pretrained.attention_to(weights, targets, valid_lens)
@@ -240,14 +249,17 @@ def test_attention_to_finds_a_planted_previous_token_head():
     torch.testing.assert_close(per_head, torch.tensor([[1 / length, 1.0, 1 / length]]))
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda e: e(torch.ones(2, 3), torch.tensor([3, 3])), "integer token ids"),
-    (lambda e: e(torch.ones(2, 3, dtype=torch.long), torch.tensor([3])), "one length per"),
-    (lambda e: e(torch.ones(2, 3, dtype=torch.long), torch.tensor([3, 0])), r"\[1, 3\]"),
-    (lambda e: e(torch.ones(2, 3, dtype=torch.long), torch.tensor([3, 4])), r"\[1, 3\]"),
-    (lambda e: e(torch.ones(1, 513, dtype=torch.long), torch.tensor([513])), "at most 512"),
-    (lambda e: e(torch.ones(3, dtype=torch.long), torch.tensor([3])), "ids"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda e: e(torch.ones(2, 3), torch.tensor([3, 3])), "integer token ids"),
+        (lambda e: e(torch.ones(2, 3, dtype=torch.long), torch.tensor([3])), "one length per"),
+        (lambda e: e(torch.ones(2, 3, dtype=torch.long), torch.tensor([3, 0])), r"\[1, 3\]"),
+        (lambda e: e(torch.ones(2, 3, dtype=torch.long), torch.tensor([3, 4])), r"\[1, 3\]"),
+        (lambda e: e(torch.ones(1, 513, dtype=torch.long), torch.tensor([513])), "at most 512"),
+        (lambda e: e(torch.ones(3, dtype=torch.long), torch.tensor([3])), "ids"),
+    ],
+)
 def test_bad_input_to_the_encoder(call, message, course):
     with pytest.raises(ValueError, match=message):
         call(course[0])
@@ -269,20 +281,19 @@ def test_bad_input_to_the_helpers(course):
     with pytest.raises(ValueError, match=r"sentences \[1\] have no query"):
         pretrained.attention_to(weights, no_targets, torch.tensor([4, 4]))
     with pytest.raises(ValueError, match=r"targets \(2, 4, 5\)"):
-        pretrained.attention_to(weights, torch.ones(2, 4, 5, dtype=torch.bool),
-                                torch.tensor([4, 4]))
+        pretrained.attention_to(
+            weights, torch.ones(2, 4, 5, dtype=torch.bool), torch.tensor([4, 4])
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_is_no_worse_than_sentence_transformers(dtype, course,
-                                                                sentence_transformer):
+def test_half_precision_is_no_worse_than_sentence_transformers(dtype, course, sentence_transformer):
     sentences = BATCHES[0] + BATCHES[1]
     exact = pretrained.SentenceEncoder.from_safetensors(dtype=torch.float64)
     reference = pretrained.embed_sentences(exact, course[1], sentences)
     half = pretrained.SentenceEncoder.from_safetensors(dtype=dtype)
     ours = pretrained.embed_sentences(half, course[1], sentences)
-    theirs = copy.deepcopy(sentence_transformer).to(dtype).encode(
-        sentences, convert_to_tensor=True)
+    theirs = copy.deepcopy(sentence_transformer).to(dtype).encode(sentences, convert_to_tensor=True)
     assert ours.dtype == theirs.dtype == dtype
     our_error = (ours.double() - reference).abs().max()
     their_error = (theirs.double() - reference).abs().max()

@@ -42,13 +42,13 @@ def test_inductive_biases():
     shift = torch.tensor([[4.0, -2.0, 1.0]])
     _, cos = soft_nearest_neighbours(q, k, v, "cosine")
     _, cos_stretched = soft_nearest_neighbours(q, stretched, v, "cosine")
-    torch.testing.assert_close(cos, cos_stretched)               # cosine ignores length
+    torch.testing.assert_close(cos, cos_stretched)  # cosine ignores length
     _, dot = soft_nearest_neighbours(q, k, v, "dot")
     _, dot_stretched = soft_nearest_neighbours(q, stretched, v, "dot")
-    assert not torch.allclose(dot, dot_stretched)                 # the dot product does not
+    assert not torch.allclose(dot, dot_stretched)  # the dot product does not
     _, rbf = soft_nearest_neighbours(q, k, v, "rbf")
     _, rbf_shifted = soft_nearest_neighbours(q + shift, k + shift, v, "rbf")
-    torch.testing.assert_close(rbf, rbf_shifted)                 # RBF ignores a common shift
+    torch.testing.assert_close(rbf, rbf_shifted)  # RBF ignores a common shift
     _, dot_shifted = soft_nearest_neighbours(q + shift, k + shift, v, "dot")
     assert not torch.allclose(dot, dot_shifted)
 
@@ -61,14 +61,37 @@ def test_small_temperature_is_argmax_nearest_key():
     torch.testing.assert_close(out, v[nearest])
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: SIMILARITIES["dot"](torch.ones(3, 2), torch.ones(4, 3)), r"queries \(3, 2\) and keys \(4, 3\) must share the feature size"),
-    (lambda: SIMILARITIES["dot"](torch.ones(2, 3, 2), torch.ones(3, 4, 2)), r"must share their leading \(batch\) dimensions"),
-    (lambda: SIMILARITIES["cosine"](torch.ones(3), torch.ones(4, 3)), r"queries must have .* dimensions, got shape \(3,\)"),
-    (lambda: SIMILARITIES["rbf"](torch.ones(3, 2), torch.ones(4, 2), bandwidth=0.0), r"bandwidth must be positive"),
-    (lambda: soft_nearest_neighbours(torch.ones(3, 2), torch.ones(4, 2), torch.ones(5, 2)), r"keys \(4, 2\) and values \(5, 2\)"),
-    (lambda: soft_nearest_neighbours(torch.ones(3, 2), torch.ones(4, 2), torch.ones(4, 2), "l1"), r"unknown similarity 'l1'"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: SIMILARITIES["dot"](torch.ones(3, 2), torch.ones(4, 3)),
+            r"queries \(3, 2\) and keys \(4, 3\) must share the feature size",
+        ),
+        (
+            lambda: SIMILARITIES["dot"](torch.ones(2, 3, 2), torch.ones(3, 4, 2)),
+            r"must share their leading \(batch\) dimensions",
+        ),
+        (
+            lambda: SIMILARITIES["cosine"](torch.ones(3), torch.ones(4, 3)),
+            r"queries must have .* dimensions, got shape \(3,\)",
+        ),
+        (
+            lambda: SIMILARITIES["rbf"](torch.ones(3, 2), torch.ones(4, 2), bandwidth=0.0),
+            r"bandwidth must be positive",
+        ),
+        (
+            lambda: soft_nearest_neighbours(torch.ones(3, 2), torch.ones(4, 2), torch.ones(5, 2)),
+            r"keys \(4, 2\) and values \(5, 2\)",
+        ),
+        (
+            lambda: soft_nearest_neighbours(
+                torch.ones(3, 2), torch.ones(4, 2), torch.ones(4, 2), "l1"
+            ),
+            r"unknown similarity 'l1'",
+        ),
+    ],
+)
 def test_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()
@@ -78,7 +101,9 @@ def test_bad_input(call, message):
 def test_scores_refuse_integer_and_mixed_dtypes_and_empty_features(name):
     with pytest.raises(ValueError, match=r"queries \(3, 2\) must hold floating-point"):
         SIMILARITIES[name](torch.ones(3, 2, dtype=torch.long), torch.ones(4, 2))
-    with pytest.raises(ValueError, match=r"queries \(3, 2\) torch.float32, keys \(4, 2\) torch.float64"):
+    with pytest.raises(
+        ValueError, match=r"queries \(3, 2\) torch.float32, keys \(4, 2\) torch.float64"
+    ):
         SIMILARITIES[name](torch.ones(3, 2), torch.ones(4, 2, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"no features \(d = 0\)"):
         SIMILARITIES[name](torch.ones(3, 0), torch.ones(4, 0))

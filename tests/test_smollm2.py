@@ -9,13 +9,21 @@ import torch
 
 from attention_course import apply_rotary, pretrained
 
-PROMPTS = ["The capital of France is",
-           "def fibonacci(n):\n    ",
-           "Attention lets every token look at",
-           "Zoë's café serves 12 crêpes 🥞 at 3.50 € each;"]
-TEXTS = PROMPTS + [" leading space", "  two  spaces\t tab\n\nnew lines", "x = 12345 + 678",
-                   "emoji 🤖🚀 and 中文 and العربية", "<|im_start|>user\nhi<|im_end|>",
-                   "naïve résumé – Ångström", "print(f\"{value!r:>10}\")  # 0.1 + 0.2"]
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    ",
+    "Attention lets every token look at",
+    "Zoë's café serves 12 crêpes 🥞 at 3.50 € each;",
+]
+TEXTS = PROMPTS + [
+    " leading space",
+    "  two  spaces\t tab\n\nnew lines",
+    "x = 12345 + 678",
+    "emoji 🤖🚀 and 中文 and العربية",
+    "<|im_start|>user\nhi<|im_end|>",
+    "naïve résumé – Ångström",
+    'print(f"{value!r:>10}")  # 0.1 + 0.2',
+]
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +37,9 @@ def reference():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = pretrained.gguf_path()
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                 dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    ).eval()
     return model, AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
 
@@ -40,16 +49,28 @@ def ids_of(tokenizer, text):
 
 def test_config_is_the_files(course, reference):
     ours, theirs = course[0].config, reference[0].config
-    assert (ours.vocab_size, ours.embed_dim, ours.num_layers, ours.num_heads,
-            ours.num_kv_heads, ours.hidden_dim) == (
-        theirs.vocab_size, theirs.hidden_size, theirs.num_hidden_layers,
-        theirs.num_attention_heads, theirs.num_key_value_heads, theirs.intermediate_size)
+    assert (
+        ours.vocab_size,
+        ours.embed_dim,
+        ours.num_layers,
+        ours.num_heads,
+        ours.num_kv_heads,
+        ours.hidden_dim,
+    ) == (
+        theirs.vocab_size,
+        theirs.hidden_size,
+        theirs.num_hidden_layers,
+        theirs.num_attention_heads,
+        theirs.num_key_value_heads,
+        theirs.intermediate_size,
+    )
     assert ours.rope_base == theirs.rope_parameters["rope_theta"] == 100_000
     assert ours.norm_eps == pytest.approx(theirs.rms_norm_eps) and theirs.tie_word_embeddings
     model = course[0]
     assert model.lm_head.weight is model.embed.weight  # tied, as the file has no output matrix
     assert sum(p.numel() for p in model.parameters()) == sum(
-        p.numel() for p in reference[0].parameters())
+        p.numel() for p in reference[0].parameters()
+    )
 
 
 @pytest.mark.parametrize("text", TEXTS)
@@ -61,7 +82,8 @@ def test_token_ids_equal_transformers(text, course, reference):
 def test_chat_prompt_is_the_files_template(reference):
     message = "What is the capital of France?"
     assert pretrained.chat_prompt(message) == reference[1].apply_chat_template(
-        [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True)
+        [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def test_logits_equal_transformers_one_prompt_at_a_time_and_batched(course, reference):
@@ -69,8 +91,7 @@ def test_logits_equal_transformers_one_prompt_at_a_time_and_batched(course, refe
     with torch.no_grad():
         for prompt in PROMPTS:
             ids = ids_of(tokenizer, prompt)
-            torch.testing.assert_close(model(ids), reference[0](ids).logits,
-                                       rtol=0, atol=1e-4)
+            torch.testing.assert_close(model(ids), reference[0](ids).logits, rtol=0, atol=1e-4)
         batch = torch.cat([ids_of(tokenizer, p)[:, :5] for p in PROMPTS])  # no padding
         torch.testing.assert_close(model(batch), reference[0](batch).logits, rtol=0, atol=1e-4)
 
@@ -82,8 +103,9 @@ def float64_rotary(base, head_dim):
 
     def forward(x, position_ids):
         angles = position_ids[..., None].to(torch.float64) * inverse  # (batch, seq, d/2)
-        angles = torch.cat([angles, angles], dim=-1)                   # half-split layout
+        angles = torch.cat([angles, angles], dim=-1)  # half-split layout
         return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
     return forward
 
 
@@ -116,8 +138,9 @@ def test_greedy_generation_with_the_course_cache_equals_transformers_generate(co
     for prompt in (PROMPTS[0], pretrained.chat_prompt("Name three colours.")):
         ids = ids_of(tokenizer, prompt)
         ours = model.generate(ids, 24)
-        theirs = reference[0].generate(ids, max_new_tokens=24, do_sample=False,
-                                       min_new_tokens=24, pad_token_id=0)
+        theirs = reference[0].generate(
+            ids, max_new_tokens=24, do_sample=False, min_new_tokens=24, pad_token_id=0
+        )
         assert ours.tolist() == theirs.tolist()
         assert model.generate(ids, 24, use_cache=False).tolist() == ours.tolist()
 
@@ -126,7 +149,7 @@ def test_generation_stops_at_the_end_of_a_turn(course):
     model, tokenizer = course
     ids = ids_of(tokenizer, pretrained.chat_prompt("What is the capital of France?"))
     out = model.generate(ids, 40, stop_id=2)
-    answer = tokenizer.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=True)
+    answer = tokenizer.decode(out[0, ids.shape[1] :].tolist(), skip_special_tokens=True)
     assert out[0, -1].item() == 2 and out.shape[1] < ids.shape[1] + 40
     assert "Paris" in answer
 
@@ -143,8 +166,11 @@ def interleaved_rope(x, positions, base):
 def llama_cpp_permute(weight, num_heads):
     """convert_hf_to_gguf.py's reordering of W_Q and W_K rows (half-split -> interleaved)."""
     rows, columns = weight.shape
-    return (weight.reshape(num_heads, 2, rows // num_heads // 2, columns)
-            .swapaxes(1, 2).reshape(rows, columns))
+    return (
+        weight.reshape(num_heads, 2, rows // num_heads // 2, columns)
+        .swapaxes(1, 2)
+        .reshape(rows, columns)
+    )
 
 
 @pytest.mark.parametrize("num_heads, head_dim", [(9, 64), (3, 8), (1, 2)])
@@ -156,10 +182,12 @@ def test_interleaved_to_half_split_undoes_the_converter(num_heads, head_dim):
     # the same scores: interleaved RoPE on GGUF's rows = half-split RoPE on the course's rows
     x = torch.randn(7, 5, generator=generator, dtype=torch.float64)
     positions = torch.arange(7, dtype=torch.float64) * 3
-    ours = apply_rotary((x @ weight.T).reshape(7, num_heads, head_dim).transpose(0, 1),
-                        positions.long(), base=100.0)
-    theirs = interleaved_rope((x @ gguf_rows.T).reshape(7, num_heads, head_dim).transpose(0, 1),
-                              positions, base=100.0)
+    ours = apply_rotary(
+        (x @ weight.T).reshape(7, num_heads, head_dim).transpose(0, 1), positions.long(), base=100.0
+    )
+    theirs = interleaved_rope(
+        (x @ gguf_rows.T).reshape(7, num_heads, head_dim).transpose(0, 1), positions, base=100.0
+    )
     permuted = theirs.reshape(num_heads, 7, head_dim // 2, 2).transpose(-1, -2).flatten(-2)
     torch.testing.assert_close(ours, permuted, rtol=0, atol=1e-12)
 
@@ -179,7 +207,7 @@ def test_ablated_heads_silence_a_decoder_head(course):
         with pretrained.ablated_heads(model, [(3, 4)]):
             during = model(ids)
             block = model.blocks[3].attention
-            assert block.out_proj.weight[:, 4 * 64:5 * 64].abs().sum() == 0
+            assert block.out_proj.weight[:, 4 * 64 : 5 * 64].abs().sum() == 0
         assert torch.equal(model(ids), before)
     assert not torch.allclose(during, before)
     with pytest.raises(ValueError, match=r"\(30, 0\) outside .* 30 layers of 9 heads"):
@@ -195,7 +223,7 @@ def test_the_4_bit_blocks_are_what_gguf_dequantizes():
 
     reader = pretrained.read_gguf()
     tensor = next(t for t in reader.tensors if t.name == "blk.0.attn_q.weight")
-    row = np.asarray(tensor.data[0])                                   # 20 bytes per block
+    row = np.asarray(tensor.data[0])  # 20 bytes per block
     blocks = row.reshape(-1, 20)
     scale = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)  # (blocks, 1)
     minimum = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
@@ -207,7 +235,8 @@ def test_the_4_bit_blocks_are_what_gguf_dequantizes():
 
 
 def test_stored_reference_is_what_transformers_computes_and_what_the_course_computes(
-        course, reference):
+    course, reference
+):
     """data/smollm2_reference.json, which chapter 14 checks itself against, holds
     transformers' numbers; the course's decoder gives them too."""
     from attention_course.data import load_smollm2_reference
@@ -220,6 +249,7 @@ def test_stored_reference_is_what_transformers_computes_and_what_the_course_comp
             for model_logits in (reference[0](ids).logits, course[0](ids)):
                 top = model_logits[0, -1].topk(10)
                 assert top.indices.tolist() == stored["top_ids"]
-                torch.testing.assert_close(top.values, torch.tensor(stored["top_logits"]),
-                                           rtol=0, atol=1e-4)
-        assert course[0].generate(ids, 24)[0, len(stored["ids"]):].tolist() == stored["greedy"]
+                torch.testing.assert_close(
+                    top.values, torch.tensor(stored["top_logits"]), rtol=0, atol=1e-4
+                )
+        assert course[0].generate(ids, 24)[0, len(stored["ids"]) :].tolist() == stored["greedy"]

@@ -90,17 +90,43 @@ create_causal_mask = pytest.importorskip("transformers.masking_utils").create_ca
 v32 = pytest.importorskip("transformers.models.deepseek_v32.modeling_deepseek_v32")
 
 # Small DeepSeek-V3.2 attention layers: every size different, so that a mix-up shows.
-SMALL = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=8,
-             q_lora_rank=12, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5,
-             index_n_heads=4, index_head_dim=8, index_topk=4, num_hidden_layers=1,
-             max_position_embeddings=64)
+SMALL = dict(
+    hidden_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=8,
+    q_lora_rank=12,
+    qk_nope_head_dim=6,
+    qk_rope_head_dim=4,
+    v_head_dim=5,
+    index_n_heads=4,
+    index_head_dim=8,
+    index_topk=4,
+    num_hidden_layers=1,
+    max_position_embeddings=64,
+)
 CONFIGS = {
     "small": {},
-    "wider": dict(hidden_size=48, num_attention_heads=3, num_key_value_heads=3, kv_lora_rank=10,
-                  q_lora_rank=7, qk_nope_head_dim=5, qk_rope_head_dim=6, v_head_dim=8,
-                  index_n_heads=3, index_head_dim=16, index_topk=6),
-    "two index heads": dict(hidden_size=64, index_n_heads=2, index_head_dim=12, index_topk=3,
-                            rope_parameters={"rope_type": "default", "rope_theta": 500.0}),
+    "wider": dict(
+        hidden_size=48,
+        num_attention_heads=3,
+        num_key_value_heads=3,
+        kv_lora_rank=10,
+        q_lora_rank=7,
+        qk_nope_head_dim=5,
+        qk_rope_head_dim=6,
+        v_head_dim=8,
+        index_n_heads=3,
+        index_head_dim=16,
+        index_topk=6,
+    ),
+    "two index heads": dict(
+        hidden_size=64,
+        index_n_heads=2,
+        index_head_dim=12,
+        index_topk=3,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+    ),
 }
 
 
@@ -120,22 +146,29 @@ def randomized(module, seed, dtype=torch.float64):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in module.parameters():
-            parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator,
-                                               dtype=torch.float64))
+            parameter.copy_(
+                0.5 * torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
+            )
     return module
 
 
 def random_input(batch=2, seq=12, width=32, seed=0, dtype=torch.float64):
-    return 0.5 * torch.randn(batch, seq, width, generator=torch.Generator().manual_seed(seed),
-                             dtype=dtype)
+    return 0.5 * torch.randn(
+        batch, seq, width, generator=torch.Generator().manual_seed(seed), dtype=dtype
+    )
 
 
 def their_causal_mask(made, x):
     """The mask DeepseekV32Model builds (bool for SDPA, additive for eager), (batch, 1, L, L)."""
     positions = torch.arange(x.shape[1])[None]
-    return create_causal_mask(config=made, inputs_embeds=x, attention_mask=None,
-                              past_key_values=None, position_ids=positions,
-                              allow_is_causal_skip=False)
+    return create_causal_mask(
+        config=made,
+        inputs_embeds=x,
+        attention_mask=None,
+        past_key_values=None,
+        position_ids=positions,
+        allow_is_causal_skip=False,
+    )
 
 
 @contextlib.contextmanager
@@ -181,9 +214,11 @@ def index_scores_by_loops(indexer, x, q_latent, positions):
     W = {name: p.detach().double() for name, p in indexer.state_dict().items()}
     H, d, r, base = indexer.num_heads, indexer.head_dim, indexer.rope_dim, indexer.base
     n = len(x)
-    keys = [turn(int(positions[s]), d, r, base)
-            @ layer_norm(W["k_proj.weight"] @ x[s], W["k_norm.weight"], W["k_norm.bias"])
-            for s in range(n)]
+    keys = [
+        turn(int(positions[s]), d, r, base)
+        @ layer_norm(W["k_proj.weight"] @ x[s], W["k_norm.weight"], W["k_norm.bias"])
+        for s in range(n)
+    ]
     scores = torch.full((n, n), -math.inf, dtype=torch.float64)
     for t in range(n):
         w = W["head_weights.weight"] @ x[t] / math.sqrt(H)
@@ -193,16 +228,21 @@ def index_scores_by_loops(indexer, x, q_latent, positions):
             total = 0.0
             for j in range(H):
                 q = turn(int(positions[t]), d, r, base) @ (
-                    W["q_up.weight"][j * d:(j + 1) * d] @ q_latent[t])
+                    W["q_up.weight"][j * d : (j + 1) * d] @ q_latent[t]
+                )
                 total += w[j] * max(0.0, float(q @ keys[s]) / math.sqrt(d))
             scores[t, s] = total
     return scores
 
 
-@pytest.mark.parametrize("sizes", [dict(embed_dim=16, q_rank=6, num_heads=3, head_dim=8,
-                                        rope_dim=4),
-                                   dict(embed_dim=12, q_rank=5, num_heads=2, head_dim=6,
-                                        rope_dim=6, base=50.0)], ids=str)
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        dict(embed_dim=16, q_rank=6, num_heads=3, head_dim=8, rope_dim=4),
+        dict(embed_dim=12, q_rank=5, num_heads=2, head_dim=6, rope_dim=6, base=50.0),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("shuffled", [False, True], ids=["positions 0..L-1", "shuffled"])
 def test_indexer_scores_equal_the_formula_computed_by_loops(sizes, shuffled):
     indexer = randomized(LightningIndexer(**sizes), seed=1)
@@ -235,8 +275,10 @@ def assert_same_selection(ours, theirs, scores, k):
     clear = clear_rows(scores, k)
     assert torch.equal(ours[clear], theirs[clear])
     assert torch.equal(ours.sum(-1), theirs.sum(-1))
-    kept = [scores.masked_fill(~chosen, -math.inf).sort(-1, descending=True).values
-            for chosen in (ours, theirs)]
+    kept = [
+        scores.masked_fill(~chosen, -math.inf).sort(-1, descending=True).values
+        for chosen in (ours, theirs)
+    ]
     torch.testing.assert_close(kept[0], kept[1], rtol=0, atol=1e-4)
     return int((~clear).sum())
 
@@ -249,8 +291,9 @@ def test_indexer_selects_what_transformers_indexer_selects(overrides, implementa
     tied = rows = 0
     for seed in range(4):
         theirs = randomized(v32.DeepseekV32Indexer(made, 0), seed)
-        ours = LightningIndexer.from_deepseek(theirs.state_dict(), made.qk_rope_head_dim,
-                                              base=theta(made))
+        ours = LightningIndexer.from_deepseek(
+            theirs.state_dict(), made.qk_rope_head_dim, base=theta(made)
+        )
         x = random_input(seq=16, width=made.hidden_size, seed=10 + seed)
         q_latent = random_input(seq=16, width=made.q_lora_rank, seed=20 + seed)
         positions = torch.arange(16)[None]
@@ -260,10 +303,11 @@ def test_indexer_selects_what_transformers_indexer_selects(overrides, implementa
             scores = ours(x, q_latent)
         assert indices.shape == (2, 16, made.index_topk)
         selected = top_k_mask(scores, made.index_topk)
-        tied += assert_same_selection(selected, their_selection(indices, scores), scores,
-                                      made.index_topk)
+        tied += assert_same_selection(
+            selected, their_selection(indices, scores), scores, made.index_topk
+        )
         rows += 2 * 16
-    assert tied < rows // 4                        # most rows have one right answer
+    assert tied < rows // 4  # most rows have one right answer
 
 
 # ------------------------------------------------------- the layer against transformers
@@ -275,7 +319,8 @@ def their_layer(made, seed, dtype=torch.float64):
 
 def course_copy(layer, made):
     return DeepSeekSparseAttention.from_deepseek(
-        layer.state_dict(), made.num_attention_heads, made.index_topk, base=theta(made))
+        layer.state_dict(), made.num_attention_heads, made.index_topk, base=theta(made)
+    )
 
 
 def run_theirs(layer, made, x, exact=True):
@@ -284,10 +329,13 @@ def run_theirs(layer, made, x, exact=True):
     (batch, L, L) of its indexer (called again with the inputs the layer gives it: the
     indexer is deterministic)."""
     positions = torch.arange(x.shape[1])
-    cos_sin = (reference.cos_sin(made, positions, x.dtype) if exact
-               else v32.DeepseekV32RotaryEmbedding(made)(x, positions[None]))
+    cos_sin = (
+        reference.cos_sin(made, positions, x.dtype)
+        if exact
+        else v32.DeepseekV32RotaryEmbedding(made)(x, positions[None])
+    )
     mask = their_causal_mask(made, x)
-    with torch.no_grad(), (rms_norm_in_float64() if exact else contextlib.nullcontext()):
+    with torch.no_grad(), rms_norm_in_float64() if exact else contextlib.nullcontext():
         output, _ = layer(x, cos_sin, mask)
         q_latent = layer.q_a_layernorm(layer.q_a_proj(x))
         indices = layer.indexer(x, q_latent, cos_sin, mask[:, 0], None)
@@ -306,7 +354,7 @@ def assert_equal_where_the_selections_agree(ours, layer, made, x, atol=1e-10, ex
         output, weights, selected = ours(x)
         scores = ours.index_scores(x)
     assert_same_selection(selected, their_selected, scores, made.index_topk)
-    same = (selected == their_selected).all(-1)                    # (batch, L)
+    same = (selected == their_selected).all(-1)  # (batch, L)
     torch.testing.assert_close(output[same], expected[same], rtol=0, atol=atol)
     return output, weights, selected, same.double().mean().item()
 
@@ -321,7 +369,8 @@ def test_equals_deepseek_v32_attention_in_float64_and_sparsity_matters(name, see
     ours = course_copy(theirs, made)
     x = random_input(width=made.hidden_size, seed=100 + seed)
     output, weights, selected, compared = assert_equal_where_the_selections_agree(
-        ours, theirs, made, x)
+        ours, theirs, made, x
+    )
     assert compared > 0.9
     with torch.no_grad():
         absorbed, absorbed_weights, _ = ours(x, absorb=True)
@@ -331,8 +380,8 @@ def test_equals_deepseek_v32_attention_in_float64_and_sparsity_matters(name, see
     causal = torch.ones(12, 12, dtype=torch.bool).tril()
     assert torch.equal(selected.sum(-1), causal.sum(-1).clamp(max=made.index_topk).expand(2, -1))
     assert not (selected & ~causal).any()
-    assert ((weights > 0) == selected[:, None]).all()      # exactly the selected tokens
-    assert (output - dense).abs().max() > 1e-2              # sparsity changes the output
+    assert ((weights > 0) == selected[:, None]).all()  # exactly the selected tokens
+    assert (output - dense).abs().max() > 1e-2  # sparsity changes the output
 
 
 @pytest.mark.parametrize("name", ["small", "wider"])
@@ -347,8 +396,9 @@ def test_with_top_k_at_least_the_length_it_is_plain_mla(name, top_k):
         for absorb in (False, True):
             output, weights, selected = ours(x, absorb=absorb)
             dense, dense_weights = ours.attention(x, absorb=absorb)
-            assert torch.equal(selected, torch.ones(2, 12, 12, dtype=torch.bool).tril()
-                               .expand(2, -1, -1))
+            assert torch.equal(
+                selected, torch.ones(2, 12, 12, dtype=torch.bool).tril().expand(2, -1, -1)
+            )
             torch.testing.assert_close(output, dense, rtol=0, atol=1e-12)
             torch.testing.assert_close(weights, dense_weights, rtol=0, atol=1e-12)
             torch.testing.assert_close(output, expected, rtol=0, atol=1e-10)
@@ -361,8 +411,9 @@ def test_eager_attention_agrees_up_to_its_float32_softmax():
     theirs = their_layer(made, seed=1)
     ours = course_copy(theirs, made)
     x = random_input(width=made.hidden_size, seed=101)
-    output, _, _, compared = assert_equal_where_the_selections_agree(ours, theirs, made, x,
-                                                                     atol=1e-6)
+    output, _, _, compared = assert_equal_where_the_selections_agree(
+        ours, theirs, made, x, atol=1e-6
+    )
     assert compared > 0.9
     with torch.no_grad():
         dense, _ = ours.attention(x)
@@ -376,8 +427,9 @@ def test_transformers_own_float32_path_agrees_to_float32_rounding(implementation
     theirs = their_layer(made, seed=4, dtype=torch.float32)
     ours = course_copy(theirs, made)
     x = random_input(width=made.hidden_size, seed=104, dtype=torch.float32)
-    _, _, _, compared = assert_equal_where_the_selections_agree(ours, theirs, made, x,
-                                                                atol=1e-5, exact=False)
+    _, _, _, compared = assert_equal_where_the_selections_agree(
+        ours, theirs, made, x, atol=1e-5, exact=False
+    )
     assert compared > 0.9
 
 
@@ -388,8 +440,9 @@ def test_the_indexer_gets_no_gradient_through_the_selection():
     ours = course_copy(their_layer(made, seed=2), made)
     ours(random_input(width=made.hidden_size))[0].square().sum().backward()
     assert all(p.grad is None for p in ours.indexer.parameters())
-    assert all(torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
-               for p in ours.attention.parameters())
+    assert all(
+        torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0 for p in ours.attention.parameters()
+    )
 
 
 def test_parameters_equal_deepseek_v32_attention_at_the_published_shape():
@@ -397,12 +450,21 @@ def test_parameters_equal_deepseek_v32_attention_at_the_published_shape():
     with torch.device("meta"):
         theirs = v32.DeepseekV32Attention(published, 0)
         ours = DeepSeekSparseAttention(
-            published.hidden_size, published.num_attention_heads, published.kv_lora_rank,
-            published.q_lora_rank, published.index_topk, published.index_n_heads,
-            published.index_head_dim, published.qk_nope_head_dim, published.qk_rope_head_dim,
-            published.v_head_dim)
-    counts = [sum(p.numel() for p in module.parameters())
-              for module in (ours, theirs, ours.indexer, theirs.indexer)]
+            published.hidden_size,
+            published.num_attention_heads,
+            published.kv_lora_rank,
+            published.q_lora_rank,
+            published.index_topk,
+            published.index_n_heads,
+            published.index_head_dim,
+            published.qk_nope_head_dim,
+            published.qk_rope_head_dim,
+            published.v_head_dim,
+        )
+    counts = [
+        sum(p.numel() for p in module.parameters())
+        for module in (ours, theirs, ours.indexer, theirs.indexer)
+    ]
     assert counts[0] == counts[1] and counts[2] == counts[3]
     assert counts[2] == 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
     assert ours.top_k == 2048
@@ -426,8 +488,8 @@ def top_k_by_sorting(scores, k):
 def test_top_k_mask_equals_sorting(k):
     generator = torch.Generator().manual_seed(k)
     scores = torch.randn(3, 4, 9, generator=generator, dtype=torch.float64)
-    blocked = torch.rand(3, 4, 9, generator=generator) < 0.4   # rows with few finite entries
-    blocked[0, 0] = True                                       # and one with none
+    blocked = torch.rand(3, 4, 9, generator=generator) < 0.4  # rows with few finite entries
+    blocked[0, 0] = True  # and one with none
     scores = scores.masked_fill(blocked, -math.inf)
     chosen = top_k_mask(scores, k)
     assert chosen.shape == scores.shape and chosen.dtype == torch.bool
@@ -438,10 +500,14 @@ def test_top_k_mask_equals_sorting(k):
 
 def test_top_k_mask_in_two_dimensions_and_half_precision():
     scores = torch.tensor([[0.5, -1.0, 2.0, 0.25], [1.0, float("nan"), -math.inf, 3.0]])
-    assert top_k_mask(scores, 2).tolist() == [[True, False, True, False],
-                                              [True, False, False, True]]
-    assert top_k_mask(scores.bfloat16(), 3).tolist() == [[True, False, True, True],
-                                                         [True, False, False, True]]
+    assert top_k_mask(scores, 2).tolist() == [
+        [True, False, True, False],
+        [True, False, False, True],
+    ]
+    assert top_k_mask(scores.bfloat16(), 3).tolist() == [
+        [True, False, True, True],
+        [True, False, False, True],
+    ]
 
 
 def test_top_k_mask_refuses_bad_input():
@@ -462,8 +528,9 @@ def test_top_k_mask_refuses_bad_input():
 
 def small_mla(seed=0):
     torch.manual_seed(seed)
-    return MultiHeadLatentAttention(12, 3, kv_rank=5, q_rank=7, head_dim=4, rope_dim=6,
-                                    value_dim=2).double()
+    return MultiHeadLatentAttention(
+        12, 3, kv_rank=5, q_rank=7, head_dim=4, rope_dim=6, value_dim=2
+    ).double()
 
 
 @pytest.mark.parametrize("shape", [(7, 7), (2, 1, 7, 7), (2, 3, 7, 7), (1, 7)], ids=str)
@@ -482,7 +549,7 @@ def test_a_random_attn_mask_on_both_paths_equals_the_loops(seed):
     layer = small_mla(seed)
     x = random_input(seq=7, width=12, seed=5 + seed)
     allowed = torch.rand(2, 3, 7, 7, generator=torch.Generator().manual_seed(seed)) < 0.6
-    allowed[0, 1, 3] = False                                     # a query with no key
+    allowed[0, 1, 3] = False  # a query with no key
     with torch.no_grad():
         explicit, weights = layer(x, attn_mask=allowed)
         absorbed, absorbed_weights = layer(x, absorb=True, attn_mask=allowed)
@@ -492,16 +559,19 @@ def test_a_random_attn_mask_on_both_paths_equals_the_loops(seed):
     assert ((weights > 0) == (allowed & causal)).all()
     assert (weights[0, 1, 3] == 0).all()
     for sequence in range(2):
-        torch.testing.assert_close(explicit[sequence],
-                                   mla_by_loops(layer, x[sequence], allowed[sequence]),
-                                   rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            explicit[sequence],
+            mla_by_loops(layer, x[sequence], allowed[sequence]),
+            rtol=0,
+            atol=1e-12,
+        )
 
 
 def test_attn_mask_with_a_cache_covers_the_cached_keys_too():
     layer = small_mla(1)
     x = random_input(seq=7, width=12, seed=9)
     allowed = torch.rand(2, 1, 7, 7, generator=torch.Generator().manual_seed(3)) < 0.7
-    allowed[..., 4:, 4:] |= torch.eye(3, dtype=torch.bool)      # let each new query see itself
+    allowed[..., 4:, 4:] |= torch.eye(3, dtype=torch.bool)  # let each new query see itself
     with torch.no_grad():
         whole, _ = layer(x, attn_mask=allowed)
         for absorb in (False, True):
@@ -510,11 +580,14 @@ def test_attn_mask_with_a_cache_covers_the_cached_keys_too():
             rest, weights = layer(x[:, 4:], cache, absorb=absorb, attn_mask=allowed[..., 4:, :])
             assert weights.shape == (2, 3, 3, 7)
             torch.testing.assert_close(torch.cat([first, rest], 1), whole, rtol=0, atol=1e-12)
-        with pytest.raises(ValueError, match=r"attn_mask \(2, 1, 3, 3\) does not broadcast to "
-                                             r"the scores \(batch, num_heads, L, S\) = "
-                                             r"\(2, 3, 3, 10\)"):
+        with pytest.raises(
+            ValueError,
+            match=r"attn_mask \(2, 1, 3, 3\) does not broadcast to "
+            r"the scores \(batch, num_heads, L, S\) = "
+            r"\(2, 3, 3, 10\)",
+        ):
             layer(x[:, 4:], cache, attn_mask=allowed[..., 4:, 4:])
-    assert len(cache) == 7                                       # the refused call added nothing
+    assert len(cache) == 7  # the refused call added nothing
 
 
 def test_attn_mask_refuses_what_is_not_a_bool_mask_of_the_scores():
@@ -532,8 +605,9 @@ def test_attn_mask_refuses_what_is_not_a_bool_mask_of_the_scores():
 
 
 def test_sizes_and_their_checks():
-    layer = DeepSeekSparseAttention(32, 4, kv_rank=8, q_rank=12, top_k=3, index_heads=2,
-                                    index_head_dim=8)
+    layer = DeepSeekSparseAttention(
+        32, 4, kv_rank=8, q_rank=12, top_k=3, index_heads=2, index_head_dim=8
+    )
     assert layer.attention.rope_dim == layer.indexer.rope_dim == 4
     assert layer.indexer.q_up.weight.shape == (2 * 8, 12)
     assert layer.indexer.k_proj.weight.shape == (8, 32)
@@ -552,8 +626,11 @@ def test_indexer_refuses_inputs_that_do_not_fit():
     indexer = LightningIndexer(16, 6, 2, head_dim=8, rope_dim=4)
     with pytest.raises(ValueError, match=r"x \(2, 5, 16\) and q_latent \(2, 4, 6\)"):
         indexer(torch.randn(2, 5, 16), torch.randn(2, 4, 6))
-    with pytest.raises(ValueError, match=r"q_latent \(2, 5, 7\) must be .* \(batch, L, "
-                                         r"q_rank=6\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"q_latent \(2, 5, 7\) must be .* \(batch, L, "
+        r"q_rank=6\)",
+    ):
         indexer(torch.randn(2, 5, 16), torch.randn(2, 5, 7))
     with pytest.raises(ValueError, match=r"q_latent \(2, 5, 6\) is torch.float64"):
         indexer(torch.randn(2, 5, 16), torch.randn(2, 5, 6, dtype=torch.float64))
@@ -564,32 +641,54 @@ def test_indexer_refuses_inputs_that_do_not_fit():
 def test_from_deepseek_refuses_a_wrong_state_dict():
     made = config()
     state = their_layer(made, seed=0).state_dict()
-    index_state = {name[len("indexer."):]: tensor for name, tensor in state.items()
-                   if name.startswith("indexer.")}
+    index_state = {
+        name[len("indexer.") :]: tensor
+        for name, tensor in state.items()
+        if name.startswith("indexer.")
+    }
     with pytest.raises(ValueError, match=r"lacks \['indexer.wk.weight'\]"):
         DeepSeekSparseAttention.from_deepseek(
-            {k: v for k, v in state.items() if k != "indexer.wk.weight"}, 4, 4)
+            {k: v for k, v in state.items() if k != "indexer.wk.weight"}, 4, 4
+        )
     v3 = reference.random_layer(reference.config(q_lora_rank=None)).state_dict()
     with pytest.raises(ValueError, match="lacks q_a_proj.weight"):
         DeepSeekSparseAttention.from_deepseek(v3, 4, 4)
-    with pytest.raises(ValueError, match="indexer weights are torch.float32 on cpu, its "
-                                         "attention weights torch.float64"):
+    with pytest.raises(
+        ValueError,
+        match="indexer weights are torch.float32 on cpu, its attention weights torch.float64",
+    ):
         DeepSeekSparseAttention.from_deepseek(
-            {**state, **{name: tensor.float() for name, tensor in state.items()
-                         if name.startswith("indexer.")}}, 4, 4)
+            {
+                **state,
+                **{
+                    name: tensor.float()
+                    for name, tensor in state.items()
+                    if name.startswith("indexer.")
+                },
+            },
+            4,
+            4,
+        )
     with pytest.raises(ValueError, match="several dtypes"):
         DeepSeekSparseAttention.from_deepseek(
-            {**state, "indexer.wk.weight": state["indexer.wk.weight"].float()}, 4, 4)
+            {**state, "indexer.wk.weight": state["indexer.wk.weight"].float()}, 4, 4
+        )
     with pytest.raises(ValueError, match=r"holds \['wq_b.bias'\]"):
         LightningIndexer.from_deepseek({**index_state, "wq_b.bias": torch.zeros(32)}, 4)
     with pytest.raises(ValueError, match=r"shapes do not fit one indexer: wq_b \(24, 12\)"):
-        LightningIndexer.from_deepseek({**index_state, "wq_b.weight": torch.zeros(
-            24, 12, dtype=torch.float64)}, 4)
+        LightningIndexer.from_deepseek(
+            {**index_state, "wq_b.weight": torch.zeros(24, 12, dtype=torch.float64)}, 4
+        )
     with pytest.raises(ValueError, match="rope_dim must be even .* at most head_dim=8, got 10"):
         LightningIndexer.from_deepseek(index_state, 10)
-    narrow = {**index_state, "wk.weight": index_state["wk.weight"][:, :16],
-              "weights_proj.weight": index_state["weights_proj.weight"][:, :16]}
-    with pytest.raises(ValueError, match="reads embed_dim=16 and q_rank=12, its attention "
-                                         "has embed_dim=32"):
+    narrow = {
+        **index_state,
+        "wk.weight": index_state["wk.weight"][:, :16],
+        "weights_proj.weight": index_state["weights_proj.weight"][:, :16],
+    }
+    with pytest.raises(
+        ValueError, match="reads embed_dim=16 and q_rank=12, its attention has embed_dim=32"
+    ):
         DeepSeekSparseAttention.from_deepseek(
-            {**state, **{f"indexer.{k}": v for k, v in narrow.items()}}, 4, 4)
+            {**state, **{f"indexer.{k}": v for k, v in narrow.items()}}, 4, 4
+        )

@@ -1,6 +1,6 @@
-"""flash_attention and tile_schedule against independent references: PyTorch's scaled_dot_product_attention and
-logsumexp, a float64 brute force over every query and key in plain Python,
-the causal mask entry by entry, and the memory a formula predicts."""
+"""flash_attention and tile_schedule against independent references: PyTorch's
+scaled_dot_product_attention and logsumexp, a float64 brute force over every query and key in
+plain Python, and the causal mask entry by entry."""
 
 import math
 
@@ -12,9 +12,7 @@ from attention_course.tiled import flash_attention, tile_schedule
 
 
 def random(*shape, seed=0, dtype=torch.float64):
-    return torch.randn(
-        *shape, generator=torch.Generator().manual_seed(seed), dtype=dtype
-    )
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
 def qkv(batch, length, n_keys, dim=16, value_dim=8, seed=0, **options):
@@ -40,17 +38,11 @@ LENGTHS = [(1, 1), (5, 5), (64, 64), (100, 100), (130, 257), (257, 130)]
 
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("length, n_keys", LENGTHS)
-@pytest.mark.parametrize(
-    "dtype, atol", [(torch.float32, 1e-5), (torch.float64, 1e-12)]
-)
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
 def test_equals_pytorch_sdpa(length, n_keys, is_causal, dtype, atol):
     query, key, value = qkv((2, 3), length, n_keys, dtype=dtype)
-    expected = F.scaled_dot_product_attention(
-        query, key, value, is_causal=is_causal
-    )
-    output, logsumexp = flash_attention(
-        query, key, value, is_causal=is_causal, block_size=32
-    )
+    expected = F.scaled_dot_product_attention(query, key, value, is_causal=is_causal)
+    output, logsumexp = flash_attention(query, key, value, is_causal=is_causal, block_size=32)
     assert output.dtype == dtype and logsumexp.dtype == dtype
     torch.testing.assert_close(output, expected, atol=atol, rtol=0)
     torch.testing.assert_close(
@@ -66,23 +58,16 @@ def test_equals_pytorch_sdpa(length, n_keys, is_causal, dtype, atol):
 def test_equals_a_brute_force_loop(block_size, is_causal):
     """Every output entry from its definition, in plain Python floats."""
     query, key, value = qkv((), 9, 7, dim=3, value_dim=2, seed=4)
-    output, logsumexp = flash_attention(
-        query, key, value, is_causal, block_size=block_size
-    )
+    output, logsumexp = flash_attention(query, key, value, is_causal, block_size=block_size)
     for i in range(9):
         allowed = [j for j in range(7) if not is_causal or j <= i]
         scores = {
-            j: sum(query[i, e] * key[j, e] for e in range(3)).item()
-            / math.sqrt(3)
-            for j in allowed
+            j: sum(query[i, e] * key[j, e] for e in range(3)).item() / math.sqrt(3) for j in allowed
         }
         total = sum(math.exp(s) for s in scores.values())
         assert logsumexp[i].item() == pytest.approx(math.log(total), abs=1e-12)
         for e in range(2):
-            entry = sum(
-                math.exp(s) / total * value[j, e].item()
-                for j, s in scores.items()
-            )
+            entry = sum(math.exp(s) / total * value[j, e].item() for j, s in scores.items())
             assert output[i, e].item() == pytest.approx(entry, abs=1e-12)
 
 
@@ -102,15 +87,11 @@ def test_huge_scores_do_not_overflow():
     query = query * 300
     output, logsumexp = flash_attention(query, key, value, block_size=16)
     assert torch.isfinite(output).all() and torch.isfinite(logsumexp).all()
-    expected = F.scaled_dot_product_attention(
-        query.double(), key.double(), value.double()
-    )
+    expected = F.scaled_dot_product_attention(query.double(), key.double(), value.double())
     torch.testing.assert_close(output.double(), expected, atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize(
-    "dtype, atol", [(torch.bfloat16, 2e-2), (torch.float16, 2e-3)]
-)
+@pytest.mark.parametrize("dtype, atol", [(torch.bfloat16, 2e-2), (torch.float16, 2e-3)])
 def test_half_precision_is_close_to_float64(dtype, atol):
     """Computed in float32, the output rounded once: within the dtype's
     rounding of float64 attention; the log-sum-exp kept in float32."""
@@ -142,9 +123,7 @@ def test_gradients_flow_through_the_tiles():
     [(8, 8, 4), (10, 10, 4), (7, 12, 3), (12, 7, 5), (5, 5, 8), (1, 1, 1)],
 )
 @pytest.mark.parametrize("is_causal", [False, True])
-def test_tiles_are_exactly_those_with_an_allowed_entry(
-    length, n_keys, block_size, is_causal
-):
+def test_tiles_are_exactly_those_with_an_allowed_entry(length, n_keys, block_size, is_causal):
     allowed = torch.ones(length, n_keys, dtype=torch.bool)
     if is_causal:
         allowed = allowed.tril()
@@ -156,9 +135,7 @@ def test_tiles_are_exactly_those_with_an_allowed_entry(
                 expected[(q0, k0)] = not tile.all()
     got = {
         (q.start, k.start): needs_mask
-        for q, k, needs_mask in tile_schedule(
-            length, n_keys, block_size, is_causal
-        )
+        for q, k, needs_mask in tile_schedule(length, n_keys, block_size, is_causal)
     }
     assert got == expected
 
@@ -174,25 +151,25 @@ def test_causal_schedule_skips_the_upper_triangle():
 def test_keeping_the_masked_tiles_changes_the_work_not_the_output():
     """skip_masked_tiles=False computes every tile: all n^2 of them, those
     above the diagonal masked entirely; the output stays PyTorch's."""
-    kept = list(tile_schedule(1024, 1024, 128, is_causal=True,
-                              skip_masked_tiles=False))
+    kept = list(tile_schedule(1024, 1024, 128, is_causal=True, skip_masked_tiles=False))
     assert len(kept) == 64
     assert sum(needs_mask for _, _, needs_mask in kept) == 8 + 28
     query, key, value = qkv((2,), 70, 70)
-    expected = F.scaled_dot_product_attention(query, key, value,
-                                              is_causal=True)
+    expected = F.scaled_dot_product_attention(query, key, value, is_causal=True)
     for skip in (True, False):
-        output, _ = flash_attention(query, key, value, is_causal=True,
-                                    block_size=16, skip_masked_tiles=skip)
+        output, _ = flash_attention(
+            query, key, value, is_causal=True, block_size=16, skip_masked_tiles=skip
+        )
         assert (output - expected).abs().max() < 1e-12
 
 
 # bad input --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("block_size, error", [(0, ValueError), (-3, ValueError),
-                                               (2.5, TypeError), (True, TypeError),
-                                               ("8", TypeError)])
+@pytest.mark.parametrize(
+    "block_size, error",
+    [(0, ValueError), (-3, ValueError), (2.5, TypeError), (True, TypeError), ("8", TypeError)],
+)
 def test_bad_block_sizes_raise(block_size, error):
     query, key, value = qkv((), 4, 4)
     with pytest.raises(error, match="block_size"):

@@ -27,18 +27,21 @@ def masked_softmax_inplace(scores, allowed, dtype=None):
     broadcastable) is True; a row with nothing allowed gets zeros, with
     finite gradients. Overwrites `scores`. Chapter 5."""
     # block the masked entries: -inf scores get weight exp(-inf) = 0
-    blocked = allowed.logical_not()                     # the mask's size
+    blocked = allowed.logical_not()  # the mask's size
     scores.masked_fill_(blocked, float("-inf"))
     # rows with no allowed key: a finite score, so no 0/0, zeroed after
-    empty = blocked.all(dim=-1, keepdim=True)           # (..., n_q, 1)
+    empty = blocked.all(dim=-1, keepdim=True)  # (..., n_q, 1)
     del blocked
     any_empty = bool(empty.any())
     if any_empty:
         scores.masked_fill_(empty, 0.0)
     weights = softmax_inplace(scores, dtype)
     if any_empty:
-        weights = (weights.masked_fill(empty, 0.0) if weights.requires_grad
-                   else weights.masked_fill_(empty, 0.0))
+        weights = (
+            weights.masked_fill(empty, 0.0)
+            if weights.requires_grad
+            else weights.masked_fill_(empty, 0.0)
+        )
     return weights
 
 
@@ -47,8 +50,7 @@ def allowed_and_bias(attn_mask, is_causal, scores):
     additive float bias or None) for scores (..., L, S). Chapter 5."""
     if is_causal:
         n_queries, n_keys = scores.shape[-2:]
-        return torch.ones(n_queries, n_keys, dtype=torch.bool,
-                          device=scores.device).tril(), None
+        return torch.ones(n_queries, n_keys, dtype=torch.bool, device=scores.device).tril(), None
     if attn_mask is None:
         return None, None
     if attn_mask.dtype == torch.bool:
@@ -59,8 +61,8 @@ def allowed_and_bias(attn_mask, is_causal, scores):
 def allowed_by_position(query_positions, key_positions, window=None, sinks=0):
     """Bool (L, S): query t may see key s if s <= t and, with a window W,
     t - W < s or s < sinks. Chapter 11."""
-    t = query_positions[:, None]                             # (L, 1)
-    s = key_positions[None, :].to(query_positions.device)    # (1, S)
+    t = query_positions[:, None]  # (L, 1)
+    s = key_positions[None, :].to(query_positions.device)  # (1, S)
     allowed = s <= t
     if window is not None:
         allowed &= (s > t - window) | (s < sinks)
@@ -81,8 +83,9 @@ def attend(query, key, value, attn_mask, is_causal, scale):
         if torch.isneginf(bias).any():
             allowed = ~torch.isneginf(scores)  # a -inf entry is a blocked one
     # weights P = softmax(S) over the allowed keys; output P V
-    weights = (softmax_inplace(scores) if allowed is None
-               else masked_softmax_inplace(scores, allowed))
+    weights = (
+        softmax_inplace(scores) if allowed is None else masked_softmax_inplace(scores, allowed)
+    )
     return (weights @ value).to(dtype), weights.to(dtype)
 
 
@@ -104,11 +107,11 @@ def grouped_mask(mask, scores_shape, kv_heads):
     """A mask broadcastable to the scores (batch, H, L, S), laid out for
     (batch, H_kv, g, L, S). Chapter 9."""
     if mask is None or mask.dim() < 3:
-        return mask                      # (L, S) or (S,): the same for every head
+        return mask  # (L, S) or (S,): the same for every head
     group = scores_shape[1] // kv_heads
     mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (b, H or 1, L, S)
     if mask.shape[1] == 1:
-        return mask[:, :, None]          # (b, 1, 1, L, S)
+        return mask[:, :, None]  # (b, 1, 1, L, S)
     return mask.reshape(mask.shape[0], kv_heads, group, *mask.shape[2:])
 
 
@@ -122,10 +125,18 @@ def grouped_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
     # query heads in groups of H // H_kv beside their shared KV head, no copy
     grouped = q.reshape(batch, kv_heads, group, length, head_dim)
     mask = grouped_mask(attn_mask, (batch, heads, length, k.shape[2]), kv_heads)
-    output, weights = attend(grouped, k[:, :, None], v[:, :, None], mask,
-                             is_causal, 1 / math.sqrt(head_dim) if scale is None else scale)
-    return (output.reshape(batch, heads, length, v.shape[-1]),   # (batch, H, L, d_v)
-            weights.reshape(batch, heads, length, k.shape[2]))   # (batch, H, L, S)
+    output, weights = attend(
+        grouped,
+        k[:, :, None],
+        v[:, :, None],
+        mask,
+        is_causal,
+        1 / math.sqrt(head_dim) if scale is None else scale,
+    )
+    return (
+        output.reshape(batch, heads, length, v.shape[-1]),  # (batch, H, L, d_v)
+        weights.reshape(batch, heads, length, k.shape[2]),
+    )  # (batch, H, L, S)
 
 
 def compute_dtypes(x):
@@ -166,5 +177,8 @@ def interleaved_to_half_split(weight, num_heads):
     head the even rows first, then the odd ones. Chapter 14."""
     rows, columns = weight.shape
     pairs = rows // num_heads // 2
-    return (weight.reshape(num_heads, pairs, 2, columns)  # (head, i, member of pair)
-            .transpose(1, 2).reshape(rows, columns))
+    return (
+        weight.reshape(num_heads, pairs, 2, columns)  # (head, i, member of pair)
+        .transpose(1, 2)
+        .reshape(rows, columns)
+    )

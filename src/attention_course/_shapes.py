@@ -14,8 +14,8 @@ import numbers
 import torch
 
 HALF_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32
-TOKEN_ID_DTYPES = (torch.int64, torch.int32)      # what nn.Embedding reads
-RANKS = tuple(range(2, 8))      # (L, E) to (b1, ..., b5, L, E)
+TOKEN_ID_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding reads
+RANKS = tuple(range(2, 8))  # (L, E) to (b1, ..., b5, L, E)
 
 
 def shape_of(tensor):
@@ -40,9 +40,7 @@ def require_rank(name, tensor, ranks):
     allowed = (ranks,) if isinstance(ranks, int) else ranks
     if tensor.dim() not in allowed:
         wanted = " or ".join(str(r) for r in allowed)
-        raise ValueError(
-            f"{name} must have {wanted} dimensions, got shape {shape_of(tensor)}"
-        )
+        raise ValueError(f"{name} must have {wanted} dimensions, got shape {shape_of(tensor)}")
 
 
 def require_float(name, tensor, ranks=None):
@@ -79,10 +77,11 @@ def require_same_dtype(*named):
     tensors = named[1::2]
     first = tensors[0].dtype
     if len(tensors) == 3 and tensors[1].dtype == first and tensors[2].dtype == first:
-        return                                        # the common case, without a generator
+        return  # the common case, without a generator
     if any(tensor.dtype != first for tensor in tensors[1:]):
-        listed = ", ".join(f"{name} {shape_of(tensor)} {tensor.dtype}"
-                           for name, tensor in zip(named[::2], tensors))
+        listed = ", ".join(
+            f"{name} {shape_of(tensor)} {tensor.dtype}" for name, tensor in zip(named[::2], tensors)
+        )
         raise ValueError(f"{listed} must share a dtype: convert them with .to(dtype)")
 
 
@@ -149,10 +148,9 @@ def require_positive(name, value):
             raise ValueError(f"{name} {shape_of(value)} must hold real numbers, got {value.dtype}")
         positive = bool((value > 0).all())
     elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-        positive = value > 0                                  # False for NaN
+        positive = value > 0  # False for NaN
     else:
-        raise TypeError(f"{name} must be a number or a tensor, got {value!r} "
-                        f"({type_name(value)})")
+        raise TypeError(f"{name} must be a number or a tensor, got {value!r} ({type_name(value)})")
     if not positive:
         raise ValueError(f"{name} must be positive, got {value}")
 
@@ -198,17 +196,25 @@ def check_qkv(query, key, value):
         require_float(name, tensor, RANKS)
     require_same_dtype("query", query, "key", key, "value", value)
     if query.shape[-1] != key.shape[-1]:
-        raise ValueError(f"query {shape_of(query)} and key {shape_of(key)} must share the "
-                         "feature size E (last dimension)")
+        raise ValueError(
+            f"query {shape_of(query)} and key {shape_of(key)} must share the "
+            "feature size E (last dimension)"
+        )
     if query.shape[-1] == 0:
-        raise ValueError(f"query {shape_of(query)} and key {shape_of(key)} have no features "
-                         "(E = 0): the scale 1/sqrt(E) needs E >= 1")
+        raise ValueError(
+            f"query {shape_of(query)} and key {shape_of(key)} have no features "
+            "(E = 0): the scale 1/sqrt(E) needs E >= 1"
+        )
     if key.shape[-2] != value.shape[-2]:
-        raise ValueError(f"key {shape_of(key)} and value {shape_of(value)} must have the same "
-                         "number of keys S (second-to-last dimension)")
+        raise ValueError(
+            f"key {shape_of(key)} and value {shape_of(value)} must have the same "
+            "number of keys S (second-to-last dimension)"
+        )
     if broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2]) is None:
-        raise ValueError(f"the batch dimensions of query {shape_of(query)}, key {shape_of(key)} "
-                         f"and value {shape_of(value)} do not broadcast")
+        raise ValueError(
+            f"the batch dimensions of query {shape_of(query)}, key {shape_of(key)} "
+            f"and value {shape_of(value)} do not broadcast"
+        )
 
 
 def check_scale(scale, query):
@@ -228,11 +234,14 @@ def check_attn_mask(attn_mask, is_causal, scores_shape):
         return
     require_tensor("attn_mask", attn_mask)
     if broadcast_shape(attn_mask.shape, scores_shape) != tuple(scores_shape):
-        raise ValueError(f"attn_mask {shape_of(attn_mask)} does not broadcast to the scores "
-                         f"(..., L, S) = {tuple(scores_shape)}")
+        raise ValueError(
+            f"attn_mask {shape_of(attn_mask)} does not broadcast to the scores "
+            f"(..., L, S) = {tuple(scores_shape)}"
+        )
     if attn_mask.dtype != torch.bool and not attn_mask.dtype.is_floating_point:
-        raise ValueError(f"attn_mask {shape_of(attn_mask)} must be bool or floating point, got "
-                         f"{attn_mask.dtype}")
+        raise ValueError(
+            f"attn_mask {shape_of(attn_mask)} must be bool or floating point, got {attn_mask.dtype}"
+        )
 
 
 def check_heads(embed_dim, num_heads):
@@ -265,11 +274,19 @@ def check_grouped(q, k, v, names=("q", "k", "v")):
     for name, tensor in zip(names, (q, k, v)):
         require_float(name, tensor, 4)
     require_same_dtype(q_name, q, k_name, k, v_name, v)
-    if (q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or k.shape[1] < 1
-            or q.shape[1] % k.shape[1] or q.shape[-1] != k.shape[-1] or q.shape[-1] < 1):
-        raise ValueError(f"{q_name} {shape_of(q)}, {k_name} {shape_of(k)} and {v_name} "
-                         f"{shape_of(v)} must be (batch, H, L, d), (batch, H_kv, S, d) and "
-                         "(batch, H_kv, S, d_v) with H a multiple of H_kv and d >= 1")
+    if (
+        q.shape[0] != k.shape[0]
+        or k.shape[:3] != v.shape[:3]
+        or k.shape[1] < 1
+        or q.shape[1] % k.shape[1]
+        or q.shape[-1] != k.shape[-1]
+        or q.shape[-1] < 1
+    ):
+        raise ValueError(
+            f"{q_name} {shape_of(q)}, {k_name} {shape_of(k)} and {v_name} "
+            f"{shape_of(v)} must be (batch, H, L, d), (batch, H_kv, S, d) and "
+            "(batch, H_kv, S, d_v) with H a multiple of H_kv and d >= 1"
+        )
 
 
 def check_positions(positions, seq, device):
@@ -278,8 +295,9 @@ def check_positions(positions, seq, device):
         return torch.arange(seq, device=device)
     require_tensor("positions", positions)
     if positions.shape != (seq,):
-        raise ValueError(f"positions {shape_of(positions)} must be (seq,) = ({seq},), "
-                         "one position per token")
+        raise ValueError(
+            f"positions {shape_of(positions)} must be (seq,) = ({seq},), one position per token"
+        )
     require_integer("positions", positions)
     return positions.to(device)
 

@@ -1,7 +1,6 @@
 """Attention functions and layers: scaled dot-product attention (chapters 4–5) and additive
 attention (chapter 3)."""
 
-
 import torch
 from torch import nn
 
@@ -40,8 +39,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=Fa
     """
     check_qkv(query, key, value)
     scale = check_scale(scale, query)
-    scores_shape = (*broadcast_shape(query.shape[:-2], key.shape[:-2]), query.shape[-2],
-                    key.shape[-2])
+    scores_shape = (
+        *broadcast_shape(query.shape[:-2], key.shape[:-2]),
+        query.shape[-2],
+        key.shape[-2],
+    )
     check_attn_mask(attn_mask, is_causal, scores_shape)
     return _kernels.attend(query, key, value, attn_mask, is_causal, scale)
 
@@ -58,8 +60,11 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, query_size, key_size, num_hiddens, dropout=0.0):
         super().__init__()
-        for name, size in (("query_size", query_size), ("key_size", key_size),
-                           ("num_hiddens", num_hiddens)):
+        for name, size in (
+            ("query_size", query_size),
+            ("key_size", key_size),
+            ("num_hiddens", num_hiddens),
+        ):
             require_int(name, size, 1)
         require_number("dropout", dropout, 0, maximum=1)
         self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
@@ -79,12 +84,15 @@ class AdditiveAttention(nn.Module):
         """(batch, n_q, query_size), (batch, n_k, key_size) -> (batch, n_q, n_k). Chapter 3."""
         self._check_inputs(queries=queries, keys=keys)
         if queries.shape[-1] != self.W_q.in_features or keys.shape[-1] != self.W_k.in_features:
-            raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} must end in "
-                             f"query_size={self.W_q.in_features} and "
-                             f"key_size={self.W_k.in_features}")
+            raise ValueError(
+                f"queries {shape_of(queries)} and keys {shape_of(keys)} must end in "
+                f"query_size={self.W_q.in_features} and "
+                f"key_size={self.W_k.in_features}"
+            )
         if queries.shape[0] != keys.shape[0]:
-            raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} disagree on "
-                             "the batch size")
+            raise ValueError(
+                f"queries {shape_of(queries)} and keys {shape_of(keys)} disagree on the batch size"
+            )
         return self._scores(queries, keys)
 
     def _scores(self, queries, keys):
@@ -94,11 +102,12 @@ class AdditiveAttention(nn.Module):
 
     def forward(self, queries, keys, values, valid_lens=None):
         """The forward pass of the class docstring. Chapter 3."""
-        scores = self.scores(queries, keys)                  # checks queries and keys
+        scores = self.scores(queries, keys)  # checks queries and keys
         self._check_inputs(values=values)
         if values.shape[:2] != keys.shape[:2]:
-            raise ValueError(f"keys {shape_of(keys)} and values {shape_of(values)} must agree on "
-                             "(batch, n_k)")
+            raise ValueError(
+                f"keys {shape_of(keys)} and values {shape_of(values)} must agree on (batch, n_k)"
+            )
         self.attention_weights = masked_softmax(scores, valid_lens)
         return self.dropout(self.attention_weights) @ values
 
@@ -111,7 +120,8 @@ def attention_entropy(weights):
     """
     require_float("weights", weights)
     if weights.dim() < 1:
-        raise ValueError(f"weights must have at least 1 dimension (..., n_k), got shape "
-                         f"{shape_of(weights)}")
+        raise ValueError(
+            f"weights must have at least 1 dimension (..., n_k), got shape {shape_of(weights)}"
+        )
     wide = weights.float() if weights.dtype in HALF_PRECISION else weights
     return -torch.special.xlogy(wide, wide).sum(dim=-1).to(weights.dtype)

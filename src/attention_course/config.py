@@ -74,13 +74,15 @@ class DecoderConfig:
         architecture = value("general.architecture")
         if architecture != "llama":
             raise ValueError(f"a {architecture!r} GGUF file is not laid out like Llama")
-        return cls(vocab_size=len(value("tokenizer.ggml.tokens")),
-                   embed_dim=value("llama.embedding_length"),
-                   num_layers=value("llama.block_count"),
-                   num_heads=value("llama.attention.head_count"),
-                   num_kv_heads=value("llama.attention.head_count_kv"),
-                   hidden_dim=value("llama.feed_forward_length"),
-                   rope_base=float(value("llama.rope.freq_base")),
-                   norm_eps=float(value("llama.attention.layer_norm_rms_epsilon")),
-                   context_length=value("llama.context_length"),
-                   tie_embeddings=True)
+        return cls(
+            vocab_size=len(value("tokenizer.ggml.tokens")),
+            embed_dim=value("llama.embedding_length"),
+            num_layers=value("llama.block_count"),
+            num_heads=value("llama.attention.head_count"),
+            num_kv_heads=value("llama.attention.head_count_kv"),
+            hidden_dim=value("llama.feed_forward_length"),
+            rope_base=float(value("llama.rope.freq_base")),
+            norm_eps=float(value("llama.attention.layer_norm_rms_epsilon")),
+            context_length=value("llama.context_length"),
+            tie_embeddings=True,
+        )

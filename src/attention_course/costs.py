@@ -23,9 +23,16 @@ LAYER_KINDS = ("full", "sliding", "latent", "sparse latent", "linear")
 MLA_PATHS = ("absorbed", "expanded")
 # transformers' names of attention layers in `config.layer_types`
 HYBRID_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
-SUPPORTED_MODEL_TYPES = ("llama", "qwen3", "gemma3_text", "gpt_oss",
-                         "deepseek_v3", "deepseek_v32", "qwen3_next",
-                         "kimi_linear")
+SUPPORTED_MODEL_TYPES = (
+    "llama",
+    "qwen3",
+    "gemma3_text",
+    "gpt_oss",
+    "deepseek_v3",
+    "deepseek_v32",
+    "qwen3_next",
+    "kimi_linear",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +54,9 @@ class AttentionCosts:
         object.__setattr__(self, "flops_per_token", sum(self.layer_flops))
 
 
-def hybrid_cache_bytes(*, layer_types, seq_len, window, num_kv_heads, head_dim,
-                       batch_size=1, bytes_per_element=2):
+def hybrid_cache_bytes(
+    *, layer_types, seq_len, window, num_kv_heads, head_dim, batch_size=1, bytes_per_element=2
+):
     """Bytes of the KV caches of a stack of layers named as transformers'
     `config.layer_types` ("full_attention", "sliding_attention"): a full layer
     holds seq_len tokens, a sliding one min(seq_len, window); each token a key
@@ -56,23 +64,34 @@ def hybrid_cache_bytes(*, layer_types, seq_len, window, num_kv_heads, head_dim,
     layer slides. Chapter 17."""
     kinds = _hybrid_kinds(layer_types)
     # kv_cache_bytes checks the other sizes; it is called once, below
-    require_int("seq_len", seq_len, 1,
-                message=f"seq_len must be a positive integer, got {seq_len!r}")
+    require_int(
+        "seq_len", seq_len, 1, message=f"seq_len must be a positive integer, got {seq_len!r}"
+    )
     if window is None and "sliding" in kinds:
-        raise ValueError("window must be a positive integer when layer_types "
-                         "has sliding layers, got None")
+        raise ValueError(
+            "window must be a positive integer when layer_types has sliding layers, got None"
+        )
     if window is not None:
-        require_int("window", window, 1,
-                    message=f"window must be a positive integer, got {window!r}")
-    tokens = sum(seq_len if kind == "full" else min(seq_len, window)
-                 for kind in kinds)
-    return kv_cache_bytes(batch_size=batch_size, seq_len=1, num_layers=1,
-                          num_kv_heads=num_kv_heads, head_dim=head_dim,
-                          bytes_per_element=bytes_per_element) * tokens
+        require_int(
+            "window", window, 1, message=f"window must be a positive integer, got {window!r}"
+        )
+    tokens = sum(seq_len if kind == "full" else min(seq_len, window) for kind in kinds)
+    return (
+        kv_cache_bytes(
+            batch_size=batch_size,
+            seq_len=1,
+            num_layers=1,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            bytes_per_element=bytes_per_element,
+        )
+        * tokens
+    )
 
 
-def attention_costs(config, seq_len, *, bytes_per_element=2,
-                    state_bytes_per_element=4, mla_path="absorbed"):
+def attention_costs(
+    config, seq_len, *, bytes_per_element=2, state_bytes_per_element=4, mla_path="absorbed"
+):
     """AttentionCosts of the model a transformers `config` describes, for one
     sequence of seq_len tokens: each layer's kind, the bytes its cache holds
     (b = bytes_per_element; b_s = state_bytes_per_element for linear layers'
@@ -80,27 +99,31 @@ def attention_costs(config, seq_len, *, bytes_per_element=2,
     "absorbed" or "expanded"); config.layer_types, where the model has them,
     must list config.num_hidden_layers layers. Chapter 17."""
     model_type = _model_type(config)
-    for name, value in (("seq_len", seq_len),
-                        ("bytes_per_element", bytes_per_element),
-                        ("state_bytes_per_element", state_bytes_per_element)):
-        require_int(name, value, 1,
-                    message=f"{name} must be a positive integer, got {value!r}")
+    for name, value in (
+        ("seq_len", seq_len),
+        ("bytes_per_element", bytes_per_element),
+        ("state_bytes_per_element", state_bytes_per_element),
+    ):
+        require_int(name, value, 1, message=f"{name} must be a positive integer, got {value!r}")
     if not isinstance(mla_path, str):
         raise TypeError(f"mla_path must be a str, got {type_name(mla_path)}")
     if mla_path not in MLA_PATHS:
-        raise ValueError(f"mla_path must be one of {MLA_PATHS}, "
-                         f"got {mla_path!r}")
-    sizes = dict(seq_len=seq_len, b=bytes_per_element,
-                 b_state=state_bytes_per_element, mla_path=mla_path)
+        raise ValueError(f"mla_path must be one of {MLA_PATHS}, got {mla_path!r}")
+    sizes = dict(
+        seq_len=seq_len, b=bytes_per_element, b_state=state_bytes_per_element, mla_path=mla_path
+    )
     config = _Sizes(config)
     kinds = _layer_kinds(config, model_type)
     # every layer of one kind costs the same: each kind is counted once
-    per_kind = {kind: _LAYER_COSTS[kind](config, **sizes)
-                for kind in dict.fromkeys(kinds)}
+    per_kind = {kind: _LAYER_COSTS[kind](config, **sizes) for kind in dict.fromkeys(kinds)}
     costs = [per_kind[kind] for kind in kinds]
-    return AttentionCosts(model_type, seq_len, tuple(kinds),
-                          tuple(cost[0] for cost in costs),
-                          tuple(cost[1] for cost in costs))
+    return AttentionCosts(
+        model_type,
+        seq_len,
+        tuple(kinds),
+        tuple(cost[0] for cost in costs),
+        tuple(cost[1] for cost in costs),
+    )
 
 
 # ------------------------------------------------------------ reading configs
@@ -109,11 +132,15 @@ def attention_costs(config, seq_len, *, bytes_per_element=2,
 def _model_type(config):
     model_type = getattr(config, "model_type", None)
     if not isinstance(model_type, str):
-        raise TypeError("config must be a transformers config (an object "
-                        f"with a model_type), got {type_name(config)}")
+        raise TypeError(
+            "config must be a transformers config (an object "
+            f"with a model_type), got {type_name(config)}"
+        )
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"config.model_type {model_type!r} is not supported: "
-                         f"supported are {SUPPORTED_MODEL_TYPES}")
+        raise ValueError(
+            f"config.model_type {model_type!r} is not supported: "
+            f"supported are {SUPPORTED_MODEL_TYPES}"
+        )
     return model_type
 
 
@@ -138,27 +165,27 @@ class _Sizes:
 
 def _hybrid_kinds(layer_types, name="layer_types"):
     """transformers' full/sliding layer names -> "full"/"sliding"."""
-    if isinstance(layer_types, str) or not isinstance(layer_types,
-                                                      (list, tuple)):
-        raise TypeError(f"{name} must be a list or tuple of layer names, got "
-                        f"{type_name(layer_types)}")
+    if isinstance(layer_types, str) or not isinstance(layer_types, (list, tuple)):
+        raise TypeError(
+            f"{name} must be a list or tuple of layer names, got {type_name(layer_types)}"
+        )
     if not layer_types:
         raise ValueError(f"{name} must name at least one layer, got []")
     for layer_type in layer_types:
         if not isinstance(layer_type, str):
-            raise TypeError(f"{name} must hold str names, got "
-                            f"{type_name(layer_type)}")
+            raise TypeError(f"{name} must hold str names, got {type_name(layer_type)}")
         if layer_type not in HYBRID_LAYER_TYPES:
-            raise ValueError(f"{name}: unknown layer type {layer_type!r}, "
-                             f"allowed: {tuple(HYBRID_LAYER_TYPES)}")
+            raise ValueError(
+                f"{name}: unknown layer type {layer_type!r}, allowed: {tuple(HYBRID_LAYER_TYPES)}"
+            )
     return [HYBRID_LAYER_TYPES[layer_type] for layer_type in layer_types]
 
 
 # config.layer_types of the linear hybrids -> the kinds of this module
-_HYBRIDS = {"qwen3_next": {"linear_attention": "linear",
-                           "full_attention": "full"},
-            "kimi_linear": {"linear_attention": "linear",
-                            "full_attention": "latent"}}
+_HYBRIDS = {
+    "qwen3_next": {"linear_attention": "linear", "full_attention": "full"},
+    "kimi_linear": {"linear_attention": "linear", "full_attention": "latent"},
+}
 
 
 def _layer_kinds(config, model_type):
@@ -171,19 +198,22 @@ def _layer_kinds(config, model_type):
     if model_type in _HYBRIDS:
         names = _HYBRIDS[model_type]
         if not isinstance(layer_types, (list, tuple)) or any(
-                name not in names for name in layer_types):
-            raise ValueError(f"config.layer_types must list "
-                             f"{tuple(names)} for {model_type}, "
-                             f"got {layer_types!r}")
+            name not in names for name in layer_types
+        ):
+            raise ValueError(
+                f"config.layer_types must list {tuple(names)} for {model_type}, got {layer_types!r}"
+            )
         kinds = [names[name] for name in layer_types]
-    elif layer_types is None:               # Llama: every layer is full
+    elif layer_types is None:  # Llama: every layer is full
         return ["full"] * layers
     else:
         kinds = _hybrid_kinds(layer_types, "config.layer_types")
-    if len(kinds) != layers:                # as transformers' configs check
-        raise ValueError(f"config.layer_types names {len(kinds)} layers, "
-                         f"config.num_hidden_layers is {layers}: they must "
-                         "agree")
+    if len(kinds) != layers:  # as transformers' configs check
+        raise ValueError(
+            f"config.layer_types names {len(kinds)} layers, "
+            f"config.num_hidden_layers is {layers}: they must "
+            "agree"
+        )
     return kinds
 
 
@@ -191,7 +221,7 @@ def _layer_kinds(config, model_type):
 
 
 def _head_dim(config):
-    if getattr(config, "head_dim", None) is None:       # older Llama configs
+    if getattr(config, "head_dim", None) is None:  # older Llama configs
         return config("hidden_size") // config("num_attention_heads")
     return config("head_dim")
 
@@ -236,8 +266,10 @@ def _sparse_latent(config, *, seq_len, b, mla_path, **_):
     index_dim = config("index_head_dim")
     indexer = 2 * seq_len * index_heads * index_dim + 2 * seq_len * index_heads
     selected = min(config("index_topk"), seq_len)
-    return (latent_bytes + seq_len * index_dim * b,
-            indexer + _mla_flops(config, selected, mla_path))
+    return (
+        latent_bytes + seq_len * index_dim * b,
+        indexer + _mla_flops(config, selected, mla_path),
+    )
 
 
 def _linear_shapes(config):
@@ -255,13 +287,20 @@ def _linear_shapes(config):
 def _linear(config, *, b, b_state, **_):
     heads, d_k, d_v, channels = _linear_shapes(config)
     window = config("linear_conv_kernel_dim") * channels
-    per_head = (d_k * d_v            # decay: S <- gamma S
-                + 2 * d_k * d_v      # state read: S^T k
-                + 2 * d_v            # delta correction: beta (v - S^T k)
-                + 2 * d_k * d_v      # state update: S + k delta^T
-                + 2 * d_k * d_v)     # output read: S^T q
+    per_head = (
+        d_k * d_v  # decay: S <- gamma S
+        + 2 * d_k * d_v  # state read: S^T k
+        + 2 * d_v  # delta correction: beta (v - S^T k)
+        + 2 * d_k * d_v  # state update: S + k delta^T
+        + 2 * d_k * d_v
+    )  # output read: S^T q
     return heads * d_k * d_v * b_state + window * b, heads * per_head
 
 
-_LAYER_COSTS = {"full": _full, "sliding": _sliding, "latent": _latent,
-                "sparse latent": _sparse_latent, "linear": _linear}
+_LAYER_COSTS = {
+    "full": _full,
+    "sliding": _sliding,
+    "latent": _latent,
+    "sparse latent": _sparse_latent,
+    "linear": _linear,
+}

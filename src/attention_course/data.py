@@ -103,8 +103,9 @@ def load_deepseek_reference(path=None):
     scripts/deepseek_reference.py wrote it. Chapter 15."""
     path = pathlib.Path(path) if path else data_dir() / "deepseek_v3_mla_reference.json"
     record = json.loads(_verified_bytes(path, DEEPSEEK_REFERENCE_SHA256))
-    record["weights"] = {name: torch.tensor(value, dtype=torch.float64)
-                         for name, value in record["weights"].items()}
+    record["weights"] = {
+        name: torch.tensor(value, dtype=torch.float64) for name, value in record["weights"].items()
+    }
     for name in ("x", "output", "cached_output", "cached_latents", "cached_rope_keys"):
         record[name] = torch.tensor(record[name], dtype=torch.float64)
     return record
@@ -120,7 +121,7 @@ def load_seq2seq_long_training(path=None):
 
 
 def load_execution_model(path=None):
-    """"Execution model", a section of the Python Language Reference (CPython
+    """ "Execution model", a section of the Python Language Reference (CPython
     3.11's pydoc topic "execmodel", PSF License), 9,527 characters: the long
     real text chapter 14 streams through a language model. Checksum-verified. Chapter 10."""
     path = pathlib.Path(path) if path else data_dir() / "execution_model.txt"
@@ -141,8 +142,9 @@ def target_function(x):
     Chapter 1."""
     require_float("x", x)
     if (x < 0).any():
-        raise ValueError(f"x {shape_of(x)} must be >= 0 (f takes sqrt x), got a minimum of "
-                         f"{x.min().item()}")
+        raise ValueError(
+            f"x {shape_of(x)} must be >= 0 (f takes sqrt x), got a minimum of {x.min().item()}"
+        )
     return 2 * torch.sin(x) + 0.4 * torch.sin(3 * x) + 0.6 * torch.sin(6 * x) + torch.sqrt(x)
 
 
@@ -175,8 +177,9 @@ def make_synthetic_regression(n_train=100, n_test=201, x_max=10.0, noise_std=0.5
     x_train = torch.sort(torch.rand(n_train, generator=generator) * x_max).values
     noise = torch.randn(n_train, generator=generator) * noise_std
     x_test = torch.linspace(0, x_max, n_test)
-    return RegressionData(x_train, target_function(x_train) + noise, x_test,
-                          target_function(x_test))
+    return RegressionData(
+        x_train, target_function(x_train) + noise, x_test, target_function(x_test)
+    )
 
 
 def split_data(x, y, held_out_fraction=0.25, seed=0):
@@ -193,8 +196,10 @@ def split_data(x, y, held_out_fraction=0.25, seed=0):
     require_int("seed", seed)
     n_held = round(len(x) * held_out_fraction)
     if not 0 < n_held < len(x):
-        raise ValueError(f"held_out_fraction {held_out_fraction} leaves no point on one side "
-                         f"of the split of {len(x)} points")
+        raise ValueError(
+            f"held_out_fraction {held_out_fraction} leaves no point on one side "
+            f"of the split of {len(x)} points"
+        )
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
     held = torch.zeros(len(x), dtype=torch.bool)
     held[order[:n_held]] = True

@@ -69,18 +69,12 @@ class KVCache:
     def nbytes(self):
         if self.keys is None:
             return 0
-        return (
-            self.keys.numel() + self.values.numel()
-        ) * self.keys.element_size()
+        return (self.keys.numel() + self.values.numel()) * self.keys.element_size()
 
     def _check(self, key, value):
         for name, tensor in (("key", key), ("value", value)):
             require_float(name, tensor, 4)
-        if (
-            key.shape != value.shape
-            or key.dtype != value.dtype
-            or key.device != value.device
-        ):
+        if key.shape != value.shape or key.dtype != value.dtype or key.device != value.device:
             raise ValueError(
                 f"key {shape_of(key)} ({key.dtype}, {key.device}) and value "
                 f"{shape_of(value)} ({value.dtype}, {value.device}) must both "
@@ -106,13 +100,18 @@ class KVCache:
         this batch, kv_heads, head_dim, dtype and device."""
         held = self.keys
         if held is not None and (
-                held.shape[0] != batch or held.shape[1] != kv_heads
-                or held.shape[3] != head_dim or held.dtype != dtype or held.device != device):
+            held.shape[0] != batch
+            or held.shape[1] != kv_heads
+            or held.shape[3] != head_dim
+            or held.dtype != dtype
+            or held.device != device
+        ):
             raise ValueError(
                 f"the cache holds keys {shape_of(held)} ({held.dtype}, {held.device}); this "
                 f"step's are (batch={batch}, kv_heads={kv_heads}, t, head_dim={head_dim}) "
                 f"({dtype}, {device}): batch, kv_heads, head_dim, dtype and device must stay "
-                "the same")
+                "the same"
+            )
 
     def update(self, key, value):
         """Append key, value (batch, kv_heads, t, head_dim); return all keys and
@@ -133,9 +132,7 @@ class KVCache:
         self.key_positions = positions
         self.keys, self.values, self.positions = keys, values, positions
         if self.window is not None:
-            keep = (positions >= self.seen - self.window) | (
-                positions < self.sinks
-            )
+            keep = (positions >= self.seen - self.window) | (positions < self.sinks)
             if not keep.all():  # drop what fell out of the window
                 self.keys = keys[:, :, keep.to(keys.device)]
                 self.values = values[:, :, keep.to(values.device)]
@@ -164,10 +161,11 @@ class DecoderBlock(nn.Module):
         return block
 
     def _build(self, config):
-        self.config = config          # shared with the decoder: one window for all
+        self.config = config  # shared with the decoder: one window for all
         self.attention_norm = nn.RMSNorm(config.embed_dim, eps=config.norm_eps)
         self.attention = GroupedQueryAttention._of_checked_sizes(
-            config.embed_dim, config.num_heads, config.num_kv_heads)
+            config.embed_dim, config.num_heads, config.num_kv_heads
+        )
         self.mlp_norm = nn.RMSNorm(config.embed_dim, eps=config.norm_eps)
         self.gate_proj = nn.Linear(config.embed_dim, config.hidden_dim, bias=False)
         self.up_proj = nn.Linear(config.embed_dim, config.hidden_dim, bias=False)
@@ -198,16 +196,16 @@ class DecoderBlock(nn.Module):
         k = _kernels.split_heads(layer.k_proj(x), layer.num_kv_heads)
         v = _kernels.split_heads(layer.v_proj(x), layer.num_kv_heads)
         # rotate queries and keys in one call (keys once, then cached)
-        q, k = _kernels.rotate(torch.cat([q, k], dim=1), positions,
-                               self.base).split([q.shape[1], k.shape[1]], dim=1)
+        q, k = _kernels.rotate(torch.cat([q, k], dim=1), positions, self.base).split(
+            [q.shape[1], k.shape[1]], dim=1
+        )
         # append to the cache: keys and values (batch, H_kv, S, d_h)
         key_positions = positions
         if cache is not None:
             k, v = cache._append(k, v)
             key_positions = cache.key_positions
         # causal (and windowed) mask from absolute positions, then attention
-        mask = _kernels.allowed_by_position(positions, key_positions, self.window,
-                                            self.sinks)
+        mask = _kernels.allowed_by_position(positions, key_positions, self.window, self.sinks)
         heads, weights = _kernels.grouped_attention(q, k, v, mask.to(x.device))
         return layer.out_proj(_kernels.merge_heads(heads)), weights
 
@@ -234,12 +232,15 @@ class DecoderBlock(nn.Module):
         check_sequence("x", x, self.config.embed_dim, self.attention.q_proj.weight.dtype)
         require_integer("positions", positions, 1)
         if positions.shape[0] != x.shape[1]:
-            raise ValueError(f"positions {shape_of(positions)} must hold one position per "
-                             f"token of x {shape_of(x)}")
+            raise ValueError(
+                f"positions {shape_of(positions)} must hold one position per "
+                f"token of x {shape_of(x)}"
+            )
         if cache is not None:
             require_instance("cache", cache, KVCache, "a KVCache or None")
-            cache._check_holds(x.shape[0], self.attention.num_kv_heads,
-                               self.attention.head_dim, x.dtype, x.device)
+            cache._check_holds(
+                x.shape[0], self.attention.num_kv_heads, self.attention.head_dim, x.dtype, x.device
+            )
         return positions.to(x.device)
 
 
@@ -278,9 +279,18 @@ class TinyDecoder(nn.Module):
         if hidden_dim is None and is_integer(embed_dim):
             hidden_dim = 4 * embed_dim
         self.config = DecoderConfig(
-            vocab_size, embed_dim, num_layers, num_heads, num_kv_heads, hidden_dim,
-            rope_base=base, norm_eps=norm_eps, window=window, sinks=sinks,
-            tie_embeddings=tie_embeddings)
+            vocab_size,
+            embed_dim,
+            num_layers,
+            num_heads,
+            num_kv_heads,
+            hidden_dim,
+            rope_base=base,
+            norm_eps=norm_eps,
+            window=window,
+            sinks=sinks,
+            tie_embeddings=tie_embeddings,
+        )
         self._build(self.config)
 
     @classmethod
@@ -296,8 +306,9 @@ class TinyDecoder(nn.Module):
 
     def _build(self, config):
         self.embed = nn.Embedding(config.vocab_size, config.embed_dim)
-        self.blocks = nn.ModuleList(DecoderBlock._of_checked_config(config)
-                                    for _ in range(config.num_layers))
+        self.blocks = nn.ModuleList(
+            DecoderBlock._of_checked_config(config) for _ in range(config.num_layers)
+        )
         self.norm = nn.RMSNorm(config.embed_dim, eps=config.norm_eps)
         self.lm_head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
         if config.tie_embeddings:
@@ -328,7 +339,7 @@ class TinyDecoder(nn.Module):
         config = self.config
         saved = config.window, config.sinks
         try:
-            config.window, config.sinks = window, sinks   # read by every layer
+            config.window, config.sinks = window, sinks  # read by every layer
             yield self
         finally:
             config.window, config.sinks = saved
@@ -341,9 +352,7 @@ class TinyDecoder(nn.Module):
                 f"int32, what an embedding reads), got {ids.dtype}"
             )
         if ids.shape[1] < 1:
-            raise ValueError(
-                f"ids {shape_of(ids)} must be (batch, seq) with seq >= 1"
-            )
+            raise ValueError(f"ids {shape_of(ids)} must be (batch, seq) with seq >= 1")
         if ((ids < 0) | (ids >= self.vocab_size)).any():
             raise ValueError(
                 f"ids {shape_of(ids)} must lie in [0, vocab_size="
@@ -373,16 +382,16 @@ class TinyDecoder(nn.Module):
         if not isinstance(caches, (list, tuple)) or not all(
             isinstance(cache, KVCache) for cache in caches
         ):
-            got = [type_name(c) for c in caches] if isinstance(
-                caches, (list, tuple)) else type_name(caches)
+            got = (
+                [type_name(c) for c in caches]
+                if isinstance(caches, (list, tuple))
+                else type_name(caches)
+            )
             raise TypeError(
-                f"caches must be a list of KVCache, one per layer (from "
-                f"new_caches()), got {got}"
+                f"caches must be a list of KVCache, one per layer (from new_caches()), got {got}"
             )
         if len(caches) != len(self.blocks):
-            raise ValueError(
-                f"{len(caches)} caches for {len(self.blocks)} layers"
-            )
+            raise ValueError(f"{len(caches)} caches for {len(self.blocks)} layers")
         seen = {cache.seen for cache in caches}
         if len(seen) > 1:
             raise ValueError(
@@ -390,8 +399,13 @@ class TinyDecoder(nn.Module):
                 "every layer's cache must have seen the same tokens"
             )
         attention = self.blocks[0].attention
-        caches[0]._check_holds(ids.shape[0], attention.num_kv_heads, attention.head_dim,
-                               attention.q_proj.weight.dtype, ids.device)
+        caches[0]._check_holds(
+            ids.shape[0],
+            attention.num_kv_heads,
+            attention.head_dim,
+            attention.q_proj.weight.dtype,
+            ids.device,
+        )
 
     @torch.no_grad()
     def forward_with_weights(self, ids):

@@ -56,19 +56,21 @@ class LatentCache:
     def nbytes(self):
         if self.latents is None:
             return 0
-        return (
-            self.latents.numel() + self.rope_keys.numel()
-        ) * self.latents.element_size()
+        return (self.latents.numel() + self.rope_keys.numel()) * self.latents.element_size()
 
     def _check(self, latent, rope_key):
         require_float("latent", latent, 3)
         require_float("rope_key", rope_key, 3)
-        if (latent.shape[:2] != rope_key.shape[:2] or latent.dtype != rope_key.dtype
-                or latent.device != rope_key.device):
+        if (
+            latent.shape[:2] != rope_key.shape[:2]
+            or latent.dtype != rope_key.dtype
+            or latent.device != rope_key.device
+        ):
             raise ValueError(
                 f"latent {shape_of(latent)} ({latent.dtype}, {latent.device}) and rope_key "
                 f"{shape_of(rope_key)} ({rope_key.dtype}, {rope_key.device}) must be "
-                "(batch, t, kv_rank) and (batch, t, rope_dim), of one dtype and device")
+                "(batch, t, kv_rank) and (batch, t, rope_dim), of one dtype and device"
+            )
         self._check_fits(latent, rope_key)
 
     def _check_fits(self, latent, rope_key):
@@ -76,14 +78,18 @@ class LatentCache:
         device) continue what the cache holds."""
         held = self.latents
         if held is not None and (
-                latent.shape[0] != held.shape[0] or latent.shape[2] != held.shape[2]
-                or rope_key.shape[2] != self.rope_keys.shape[2]
-                or latent.dtype != held.dtype or latent.device != held.device):
+            latent.shape[0] != held.shape[0]
+            or latent.shape[2] != held.shape[2]
+            or rope_key.shape[2] != self.rope_keys.shape[2]
+            or latent.dtype != held.dtype
+            or latent.device != held.device
+        ):
             raise ValueError(
                 f"latent {shape_of(latent)} and rope_key {shape_of(rope_key)} "
                 f"({latent.dtype}, {latent.device}) do not match the cache "
                 f"{shape_of(held)}, {shape_of(self.rope_keys)} ({held.dtype}, "
-                f"{held.device}): batch, kv_rank, rope_dim, dtype and device must stay")
+                f"{held.device}): batch, kv_rank, rope_dim, dtype and device must stay"
+            )
 
     def update(self, latent, rope_key):
         """Append latent (batch, t, kv_rank) and rope_key (batch, t, rope_dim); return all
@@ -105,19 +111,19 @@ class LatentCache:
 
 def _check_sizes(embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim):
     """The sizes with their defaults filled in: (head_dim, rope_dim, value_dim)."""
-    for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads),
-                        ("kv_rank", kv_rank)):
+    for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads), ("kv_rank", kv_rank)):
         require_int(name, value, 1)
     for name, value in (("q_rank", q_rank), ("head_dim", head_dim), ("value_dim", value_dim)):
         if value is not None:
             require_int(name, value, 1)
     if head_dim is None:
         if embed_dim % num_heads:
-            raise ValueError(f"num_heads={num_heads} does not divide embed_dim={embed_dim}: "
-                             "give head_dim")
+            raise ValueError(
+                f"num_heads={num_heads} does not divide embed_dim={embed_dim}: give head_dim"
+            )
         head_dim = embed_dim // num_heads
     if rope_dim is None:
-        rope_dim = 2 * max(1, head_dim // 4)        # head_dim // 2, made even, at least 2
+        rope_dim = 2 * max(1, head_dim // 4)  # head_dim // 2, made even, at least 2
     require_int("rope_dim", rope_dim, 2)
     if rope_dim % 2:
         raise ValueError(f"rope_dim must be even (RoPE turns pairs), got {rope_dim}")
@@ -141,15 +147,27 @@ class MultiHeadLatentAttention(nn.Module):
     Chapter 15.
     """
 
-    def __init__(self, embed_dim, num_heads, kv_rank, q_rank=None, head_dim=None,
-                 rope_dim=None, value_dim=None, base=10000.0, norm_eps=1e-6):
+    def __init__(
+        self,
+        embed_dim,
+        num_heads,
+        kv_rank,
+        q_rank=None,
+        head_dim=None,
+        rope_dim=None,
+        value_dim=None,
+        base=10000.0,
+        norm_eps=1e-6,
+    ):
         super().__init__()
-        head_dim, rope_dim, value_dim = _check_sizes(embed_dim, num_heads, kv_rank, q_rank,
-                                                     head_dim, rope_dim, value_dim)
+        head_dim, rope_dim, value_dim = _check_sizes(
+            embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim
+        )
         require_number("base", base, 1, strict=True)
         require_number("norm_eps", norm_eps, 0)
-        self._build(embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim, base,
-                    norm_eps)
+        self._build(
+            embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim, base, norm_eps
+        )
 
     @classmethod
     def _of_checked_sizes(cls, *sizes):
@@ -159,10 +177,15 @@ class MultiHeadLatentAttention(nn.Module):
         layer._build(*sizes)
         return layer
 
-    def _build(self, embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim, base,
-               norm_eps):
+    def _build(
+        self, embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim, base, norm_eps
+    ):
         self.embed_dim, self.num_heads, self.kv_rank, self.q_rank = (
-            embed_dim, num_heads, kv_rank, q_rank)
+            embed_dim,
+            num_heads,
+            kv_rank,
+            q_rank,
+        )
         self.head_dim, self.rope_dim, self.value_dim = head_dim, rope_dim, value_dim
         self.base = base
         self.scale = 1 / math.sqrt(head_dim + rope_dim)
@@ -188,7 +211,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     def _project_latent(self, x, positions):
         # c = RMSNorm(W_DKV x): the latent, the one thing cached per token besides k_R
-        latent = self.kv_norm(self.kv_down(x))                      # (batch, L, d_c)
+        latent = self.kv_norm(self.kv_down(x))  # (batch, L, d_c)
         # k_R = RoPE(W_KR x): one RoPE key shared by every head
         return latent, _kernels.rotate(self.k_rope(x), positions, self.base)  # (batch, L, d_R)
 
@@ -202,8 +225,8 @@ class MultiHeadLatentAttention(nn.Module):
         # c_Q = RMSNorm(W_DQ x), the queries' own latent (or x itself without q_rank)
         source = x if self.q_down is None else self.q_norm(self.q_down(x))  # (b, L, d_c')
         # q_C = W_UQ c_Q per head (content); q_R = RoPE(W_QR c_Q) per head
-        content = _kernels.split_heads(self.q_up(source), self.num_heads)     # (b, H, L, d_h)
-        rope = _kernels.split_heads(self.q_rope(source), self.num_heads)      # (b, H, L, d_R)
+        content = _kernels.split_heads(self.q_up(source), self.num_heads)  # (b, H, L, d_h)
+        rope = _kernels.split_heads(self.q_rope(source), self.num_heads)  # (b, H, L, d_R)
         return content, _kernels.rotate(rope, positions, self.base)
 
     def expand(self, latents):
@@ -211,15 +234,18 @@ class MultiHeadLatentAttention(nn.Module):
         head_dim) and values (batch, num_heads, S, value_dim): W_UK c and W_UV c. Chapter 15."""
         require_float("latents", latents, 3)
         if latents.shape[-1] != self.kv_rank:
-            raise ValueError(f"latents {shape_of(latents)} must be (batch, S, "
-                             f"kv_rank={self.kv_rank})")
+            raise ValueError(
+                f"latents {shape_of(latents)} must be (batch, S, kv_rank={self.kv_rank})"
+            )
         require_dtype_of("latents", latents, self.k_up.weight.dtype, "the layer's weights")
         return self._expand(latents)
 
     def _expand(self, latents):
         # k_C = W_UK c and v = W_UV c, per head
-        return (_kernels.split_heads(self.k_up(latents), self.num_heads),
-                _kernels.split_heads(self.v_up(latents), self.num_heads))
+        return (
+            _kernels.split_heads(self.k_up(latents), self.num_heads),
+            _kernels.split_heads(self.v_up(latents), self.num_heads),
+        )
 
     # ------------------------------------------------------------------- attention
 
@@ -227,7 +253,7 @@ class MultiHeadLatentAttention(nn.Module):
         """The forward pass of the class docstring. Chapter 15."""
         positions = self._check_x(x, None, cache)
         held = 0 if cache is None else len(cache)
-        self._check_mask(attn_mask, x, held + x.shape[1])             # before the cache grows
+        self._check_mask(attn_mask, x, held + x.shape[1])  # before the cache grows
         return self._attend(x, positions, cache, absorb, attn_mask)
 
     def _attend(self, x, positions, cache, absorb, attn_mask):
@@ -239,25 +265,25 @@ class MultiHeadLatentAttention(nn.Module):
         key_positions = positions
         if cache is not None:
             cache._check_fits(latents, rope_keys)
-            latents, rope_keys = cache._append(latents, rope_keys)   # (b, S, ...)
+            latents, rope_keys = cache._append(latents, rope_keys)  # (b, S, ...)
             key_positions = cache.key_positions.to(x.device)
         # causal: query t sees key s <= t; AND the caller's mask
-        allowed = _kernels.allowed_by_position(positions, key_positions)    # (L, S)
+        allowed = _kernels.allowed_by_position(positions, key_positions)  # (L, S)
         if attn_mask is not None:
-            allowed = allowed & attn_mask.to(x.device)          # (.., L, S) up to (b, H, L, S)
+            allowed = allowed & attn_mask.to(x.device)  # (.., L, S) up to (b, H, L, S)
         attend = self._attend_absorbed if absorb else self._attend_explicit
         heads, weights = attend(q_content, q_rope, latents, rope_keys, allowed)
         # output W_O [head_1, ..., head_H]
-        return self.out_proj(_kernels.merge_heads(heads)), weights   # (b, L, d), (b, H, L, S)
+        return self.out_proj(_kernels.merge_heads(heads)), weights  # (b, L, d), (b, H, L, S)
 
     def _attend_explicit(self, q_content, q_rope, latents, rope_keys, allowed):
         """Every head's keys and values projected up from the latents, then attention."""
         # k_C = W_UK c, v = W_UV c: every cached latent expanded, for every head
-        k_content, values = self._expand(latents)             # (b, H, S, d_h), (b, H, S, d_v)
+        k_content, values = self._expand(latents)  # (b, H, S, d_h), (b, H, S, d_v)
         # k = [k_C; k_R] with k_R shared by the heads, q = [q_C; q_R]
         shared = rope_keys[:, None].expand(-1, self.num_heads, -1, -1)  # (b, H, S, d_R)
-        query = torch.cat([q_content, q_rope], dim=-1)        # (b, H, L, d_h + d_R)
-        key = torch.cat([k_content, shared], dim=-1)          # (b, H, S, d_h + d_R)
+        query = torch.cat([q_content, q_rope], dim=-1)  # (b, H, L, d_h + d_R)
+        key = torch.cat([k_content, shared], dim=-1)  # (b, H, S, d_h + d_R)
         # softmax((q_C . k_C + q_R . k_R) / sqrt(d_h + d_R)) v
         return _kernels.attend(query, key, values, allowed, False, self.scale)
 
@@ -267,12 +293,13 @@ class MultiHeadLatentAttention(nn.Module):
         w_uk = self.k_up.weight.view(self.num_heads, self.head_dim, self.kv_rank)
         w_uv = self.v_up.weight.view(self.num_heads, self.value_dim, self.kv_rank)
         # q_C . (W_UK c) = (q_C W_UK) . c: the query absorbs W_UK, the key is c itself
-        query = torch.cat([q_content @ w_uk, q_rope], dim=-1)      # (b, H, L, d_c + d_R)
-        key = torch.cat([latents, rope_keys], dim=-1)[:, None]     # (b, 1, S, d_c + d_R)
+        query = torch.cat([q_content @ w_uk, q_rope], dim=-1)  # (b, H, L, d_c + d_R)
+        key = torch.cat([latents, rope_keys], dim=-1)[:, None]  # (b, 1, S, d_c + d_R)
         # the weighted sum of latents sum_s p_s c_s, then W_UV: = sum_s p_s (W_UV c_s)
-        mixed, weights = _kernels.attend(query, key, latents[:, None], allowed, False,
-                                         self.scale)                # (b, H, L, d_c)
-        return mixed @ w_uv.transpose(1, 2), weights                # (b, H, L, d_v)
+        mixed, weights = _kernels.attend(
+            query, key, latents[:, None], allowed, False, self.scale
+        )  # (b, H, L, d_c)
+        return mixed @ w_uv.transpose(1, 2), weights  # (b, H, L, d_v)
 
     def _check_mask(self, attn_mask, x, n_keys):
         """None, or a bool mask broadcastable to the scores (batch, num_heads, L, S)."""
@@ -281,11 +308,15 @@ class MultiHeadLatentAttention(nn.Module):
         require_tensor("attn_mask", attn_mask)
         scores = (x.shape[0], self.num_heads, x.shape[1], n_keys)
         if attn_mask.dtype != torch.bool:
-            raise ValueError(f"attn_mask {shape_of(attn_mask)} must be bool (True = may "
-                             f"attend), got {attn_mask.dtype}")
+            raise ValueError(
+                f"attn_mask {shape_of(attn_mask)} must be bool (True = may "
+                f"attend), got {attn_mask.dtype}"
+            )
         if broadcast_shape(attn_mask.shape, scores) != scores:
-            raise ValueError(f"attn_mask {shape_of(attn_mask)} does not broadcast to the scores "
-                             f"(batch, num_heads, L, S) = {scores}")
+            raise ValueError(
+                f"attn_mask {shape_of(attn_mask)} does not broadcast to the scores "
+                f"(batch, num_heads, L, S) = {scores}"
+            )
 
     def _check_x(self, x, positions, cache=None):
         """x (batch, L, embed_dim) in the weights' dtype -> positions (L,) on x's device."""
@@ -298,8 +329,7 @@ class MultiHeadLatentAttention(nn.Module):
     # ------------------------------------------------------------------ DeepSeek's weights
 
     @classmethod
-    def from_deepseek(cls, state_dict, num_heads, *, interleaved=True, base=10000.0,
-                      norm_eps=1e-6):
+    def from_deepseek(cls, state_dict, num_heads, *, interleaved=True, base=10000.0, norm_eps=1e-6):
         """A layer holding the weights of a DeepSeek-V2/V3 attention layer, given as the state
         dict of transformers' DeepseekV3Attention (names q_a_proj.weight, ..., o_proj.weight;
         q_proj.weight when the queries have no latent). Sizes are read from the shapes;
@@ -307,22 +337,27 @@ class MultiHeadLatentAttention(nn.Module):
         rows pair neighbours (2i, 2i + 1) and are reordered to the half-split pairing. RoPE is
         plain (no YaRN scaling); a state dict with biases (attention_bias=True) is refused. The
         layer lives on the device and in the dtype of the weights. Chapter 15."""
-        require_instance("state_dict", state_dict, collections.abc.Mapping,
-                         "a mapping of DeepseekV3Attention's weight names to tensors")
+        require_instance(
+            "state_dict",
+            state_dict,
+            collections.abc.Mapping,
+            "a mapping of DeepseekV3Attention's weight names to tensors",
+        )
         require_int("num_heads", num_heads, 1)
         weights = _deepseek_weights(state_dict)
         kv_rank, rope_dim, head_dim, value_dim, q_rank = _deepseek_sizes(weights, num_heads)
         if rope_dim % 2:
-            raise ValueError(f"the weights make rope_dim={rope_dim}, which must be even (RoPE "
-                             "turns pairs)")
+            raise ValueError(
+                f"the weights make rope_dim={rope_dim}, which must be even (RoPE turns pairs)"
+            )
         require_number("base", base, 1, strict=True)
         require_number("norm_eps", norm_eps, 0)
         like = weights["o_proj.weight"]
-        layer = cls._of_checked_sizes(like.shape[0], num_heads, kv_rank, q_rank, head_dim,
-                                      rope_dim, value_dim, base, norm_eps).to(like.device,
-                                                                              like.dtype)
+        layer = cls._of_checked_sizes(
+            like.shape[0], num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim, base, norm_eps
+        ).to(like.device, like.dtype)
 
-        def reorder(rows, heads):       # DeepSeek's (2i, 2i + 1) pairs -> (i, i + d_R / 2)
+        def reorder(rows, heads):  # DeepSeek's (2i, 2i + 1) pairs -> (i, i + d_R / 2)
             return _kernels.interleaved_to_half_split(rows, heads) if interleaved else rows
 
         query_weight = weights["q_proj.weight" if q_rank is None else "q_b_proj.weight"]
@@ -336,7 +371,8 @@ class MultiHeadLatentAttention(nn.Module):
             "v_up.weight": kv_rows[:, head_dim:].reshape(num_heads * value_dim, kv_rank),
             "q_up.weight": query_rows[:, :head_dim].reshape(num_heads * head_dim, -1),
             "q_rope.weight": reorder(
-                query_rows[:, head_dim:].reshape(num_heads * rope_dim, -1), num_heads),
+                query_rows[:, head_dim:].reshape(num_heads * rope_dim, -1), num_heads
+            ),
             "out_proj.weight": like,
         }
         if q_rank is not None:
@@ -346,33 +382,47 @@ class MultiHeadLatentAttention(nn.Module):
         return layer
 
 
-_DEEPSEEK_NAMES = ("kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight", "kv_b_proj.weight",
-                   "o_proj.weight")
-_DEEPSEEK_QUERY_NAMES = (("q_a_proj.weight", "q_a_layernorm.weight", "q_b_proj.weight"),
-                         ("q_proj.weight",))
+_DEEPSEEK_NAMES = (
+    "kv_a_proj_with_mqa.weight",
+    "kv_a_layernorm.weight",
+    "kv_b_proj.weight",
+    "o_proj.weight",
+)
+_DEEPSEEK_QUERY_NAMES = (
+    ("q_a_proj.weight", "q_a_layernorm.weight", "q_b_proj.weight"),
+    ("q_proj.weight",),
+)
 
 
 def _deepseek_weights(state_dict):
     """The state dict's tensors, checked: the names of one attention layer, matrices and
     vectors (the norms') of one floating dtype."""
-    query_names = next((names for names in _DEEPSEEK_QUERY_NAMES
-                        if all(name in state_dict for name in names)), None)
+    query_names = next(
+        (names for names in _DEEPSEEK_QUERY_NAMES if all(name in state_dict for name in names)),
+        None,
+    )
     missing = [name for name in _DEEPSEEK_NAMES if name not in state_dict]
     if missing or query_names is None:
-        raise ValueError(f"state_dict lacks {missing or 'q_a_proj/q_b_proj or q_proj'}: give "
-                         "the state dict of one DeepseekV3Attention layer (its own names, "
-                         "without a 'model.layers.N.self_attn.' prefix)")
+        raise ValueError(
+            f"state_dict lacks {missing or 'q_a_proj/q_b_proj or q_proj'}: give "
+            "the state dict of one DeepseekV3Attention layer (its own names, "
+            "without a 'model.layers.N.self_attn.' prefix)"
+        )
     biases = sorted(name for name in state_dict if str(name).endswith(".bias"))
     if biases:
-        raise ValueError(f"state_dict holds biases {biases}: the layer has none "
-                         "(attention_bias=True is not supported)")
+        raise ValueError(
+            f"state_dict holds biases {biases}: the layer has none "
+            "(attention_bias=True is not supported)"
+        )
     weights = {name: state_dict[name] for name in _DEEPSEEK_NAMES + query_names}
     for name, tensor in weights.items():
         require_float(f"state_dict[{name!r}]", tensor, 1 if "layernorm" in name else 2)
     if len({tensor.dtype for tensor in weights.values()}) > 1:
-        raise ValueError(f"state_dict holds several dtypes "
-                         f"{sorted({str(t.dtype) for t in weights.values()})}: convert its "
-                         "tensors to one")
+        raise ValueError(
+            f"state_dict holds several dtypes "
+            f"{sorted({str(t.dtype) for t in weights.values()})}: convert its "
+            "tensors to one"
+        )
     return weights
 
 
@@ -382,42 +432,54 @@ def _deepseek_sizes(weights, num_heads):
     kv_rank = weights["kv_a_layernorm.weight"].shape[0]
     rope_dim = weights["kv_a_proj_with_mqa.weight"].shape[0] - kv_rank
     query = weights.get("q_b_proj.weight", weights.get("q_proj.weight"))
-    q_rank = (weights["q_a_layernorm.weight"].shape[0]
-              if "q_a_proj.weight" in weights else None)
+    q_rank = weights["q_a_layernorm.weight"].shape[0] if "q_a_proj.weight" in weights else None
     kv_up = weights["kv_b_proj.weight"]
     kv_rows = kv_up.shape[0]
     if query.shape[0] % num_heads or kv_rows % num_heads:
-        raise ValueError(f"num_heads={num_heads} does not divide the rows of the query "
-                         f"{shape_of(query)} and key-value {shape_of(kv_up)} up-projections")
+        raise ValueError(
+            f"num_heads={num_heads} does not divide the rows of the query "
+            f"{shape_of(query)} and key-value {shape_of(kv_up)} up-projections"
+        )
     head_dim = query.shape[0] // num_heads - rope_dim
     value_dim = kv_rows // num_heads - head_dim
     if rope_dim < 2 or head_dim < 1 or value_dim < 1:
-        raise ValueError(f"the weights' shapes do not fit num_heads={num_heads}: rope_dim "
-                         f"{rope_dim}, head_dim {head_dim}, value_dim {value_dim}")
+        raise ValueError(
+            f"the weights' shapes do not fit num_heads={num_heads}: rope_dim "
+            f"{rope_dim}, head_dim {head_dim}, value_dim {value_dim}"
+        )
     embed_dim = weights["o_proj.weight"].shape[0]
     query_input = embed_dim if q_rank is None else q_rank
-    wanted = {"kv_a_proj_with_mqa.weight": (kv_rank + rope_dim, embed_dim),
-              "kv_b_proj.weight": (num_heads * (head_dim + value_dim), kv_rank),
-              "o_proj.weight": (embed_dim, num_heads * value_dim),
-              "q_a_proj.weight": (q_rank, embed_dim),
-              "q_b_proj.weight": (num_heads * (head_dim + rope_dim), query_input),
-              "q_proj.weight": (num_heads * (head_dim + rope_dim), query_input)}
+    wanted = {
+        "kv_a_proj_with_mqa.weight": (kv_rank + rope_dim, embed_dim),
+        "kv_b_proj.weight": (num_heads * (head_dim + value_dim), kv_rank),
+        "o_proj.weight": (embed_dim, num_heads * value_dim),
+        "q_a_proj.weight": (q_rank, embed_dim),
+        "q_b_proj.weight": (num_heads * (head_dim + rope_dim), query_input),
+        "q_proj.weight": (num_heads * (head_dim + rope_dim), query_input),
+    }
     for name, shape in wanted.items():
         if name in weights and weights[name].shape != shape:
-            raise ValueError(f"state_dict[{name!r}] is {shape_of(weights[name])}, but the other "
-                             f"weights make it {shape} (kv_rank={kv_rank}, rope_dim={rope_dim}, "
-                             f"head_dim={head_dim}, value_dim={value_dim}, q_rank={q_rank}, "
-                             f"embed_dim={embed_dim})")
+            raise ValueError(
+                f"state_dict[{name!r}] is {shape_of(weights[name])}, but the other "
+                f"weights make it {shape} (kv_rank={kv_rank}, rope_dim={rope_dim}, "
+                f"head_dim={head_dim}, value_dim={value_dim}, q_rank={q_rank}, "
+                f"embed_dim={embed_dim})"
+            )
     return kv_rank, rope_dim, head_dim, value_dim, q_rank
 
 
-def latent_cache_bytes(*, batch_size, seq_len, num_layers, kv_rank, rope_dim,
-                       bytes_per_element=2):
+def latent_cache_bytes(*, batch_size, seq_len, num_layers, kv_rank, rope_dim, bytes_per_element=2):
     """Bytes of an MLA cache: layers * (kv_rank + rope_dim) * tokens * batch * bytes per
     element (2 for float16/bfloat16): the latent and the shared RoPE key of every token.
     Chapter 15."""
-    sizes = {"batch_size": batch_size, "seq_len": seq_len, "num_layers": num_layers,
-             "kv_rank": kv_rank, "rope_dim": rope_dim, "bytes_per_element": bytes_per_element}
+    sizes = {
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "num_layers": num_layers,
+        "kv_rank": kv_rank,
+        "rope_dim": rope_dim,
+        "bytes_per_element": bytes_per_element,
+    }
     for name, value in sizes.items():
         require_int(name, value, 1, message=f"{name} must be a positive integer, got {value!r}")
     return num_layers * (kv_rank + rope_dim) * seq_len * batch_size * bytes_per_element

@@ -44,8 +44,9 @@ FEATURE_MAPS = {"elu": _elu_plus_one, "relu": F.relu, "identity": _identity}
 def _check_sequence(name, tensor):
     require_float(name, tensor)
     if tensor.dim() < 2:
-        raise ValueError(f"{name} must have at least 2 dimensions (..., n, d), got "
-                         f"shape {shape_of(tensor)}")
+        raise ValueError(
+            f"{name} must have at least 2 dimensions (..., n, d), got shape {shape_of(tensor)}"
+        )
 
 
 def _check_qkv(query, key, value, causal=True):
@@ -54,13 +55,18 @@ def _check_qkv(query, key, value, causal=True):
         _check_sequence(name, tensor)
     require_same_dtype("query", query, "key", key, "value", value)
     same_queries = query.shape[:-2] == key.shape[:-2] and (
-        query.shape[-2] == key.shape[-2] or not causal)
+        query.shape[-2] == key.shape[-2] or not causal
+    )
     if not same_queries or query.shape[-1] != key.shape[-1]:
-        raise ValueError(f"query {shape_of(query)} and key {shape_of(key)} must both be "
-                         "(..., n, d_k)" + (" with the same n" if causal else ""))
+        raise ValueError(
+            f"query {shape_of(query)} and key {shape_of(key)} must both be "
+            "(..., n, d_k)" + (" with the same n" if causal else "")
+        )
     if value.shape[:-1] != key.shape[:-1]:
-        raise ValueError(f"value {shape_of(value)} must be (..., n, d_v) with key's "
-                         f"(..., n): key is {shape_of(key)}")
+        raise ValueError(
+            f"value {shape_of(value)} must be (..., n, d_v) with key's "
+            f"(..., n): key is {shape_of(key)}"
+        )
 
 
 def _check_per_token(name, tensor, key, channels=False):
@@ -70,39 +76,47 @@ def _check_per_token(name, tensor, key, channels=False):
     allowed = [tuple(key.shape[:-1])] + ([tuple(key.shape)] if channels else [])
     if tuple(tensor.shape) not in allowed:
         wanted = " or ".join(str(shape) for shape in allowed)
-        raise ValueError(f"{name} {shape_of(tensor)} must have shape {wanted} "
-                         f"(key is {shape_of(key)})")
+        raise ValueError(
+            f"{name} {shape_of(tensor)} must have shape {wanted} (key is {shape_of(key)})"
+        )
 
 
 def _check_chunk_size(chunk_size):
     if chunk_size is not None:
-        require_int("chunk_size", chunk_size, 1,
-                    message=f"chunk_size must be at least 1, got {chunk_size!r}")
+        require_int(
+            "chunk_size",
+            chunk_size,
+            1,
+            message=f"chunk_size must be at least 1, got {chunk_size!r}",
+        )
 
 
 def _feature_map(feature_map):
     if isinstance(feature_map, str):
         if feature_map not in FEATURE_MAPS:
-            raise ValueError(f"feature_map must be one of {sorted(FEATURE_MAPS)} or a "
-                             f"function, got {feature_map!r}")
+            raise ValueError(
+                f"feature_map must be one of {sorted(FEATURE_MAPS)} or a "
+                f"function, got {feature_map!r}"
+            )
         return FEATURE_MAPS[feature_map]
     if not callable(feature_map):
-        raise TypeError(f"feature_map must be a name in {sorted(FEATURE_MAPS)} or a "
-                        f"function, got {type_name(feature_map)}")
+        raise TypeError(
+            f"feature_map must be a name in {sorted(FEATURE_MAPS)} or a "
+            f"function, got {type_name(feature_map)}"
+        )
     return feature_map
 
 
 def _wide(*tensors):
     """Half-precision tensors in float32 (None stays None)."""
-    return [t.float() if t is not None and t.dtype in HALF_PRECISION else t
-            for t in tensors]
+    return [t.float() if t is not None and t.dtype in HALF_PRECISION else t for t in tensors]
 
 
 def _finite_log_decay(log_decay):
     """log_decay with its entries below a floor raised to it: exp of the floor (and of any sum
     holding it) is 0 in the dtype, as exp(-inf) is, but sums of floors never reach -inf, whose
     differences would be NaN. Entries above the floor are unchanged."""
-    floor = 2 * math.log(torch.finfo(log_decay.dtype).tiny)     # -174.7 float32, -1416.8 float64
+    floor = 2 * math.log(torch.finfo(log_decay.dtype).tiny)  # -174.7 float32, -1416.8 float64
     return log_decay.clamp_min(floor)
 
 
@@ -119,8 +133,16 @@ def _decay_matrix(cumulative):
     return difference.masked_fill(above, -math.inf).exp()
 
 
-def linear_attention(query, key, value, feature_map="elu", causal=True,
-                     normalize=True, log_decay=None, chunk_size=None):
+def linear_attention(
+    query,
+    key,
+    value,
+    feature_map="elu",
+    causal=True,
+    normalize=True,
+    log_decay=None,
+    chunk_size=None,
+):
     """Linear attention: phi(q_i) . phi(k_j) in place of exp(q_i . k_j).
 
     query, key (..., n, d_k), value (..., n, d_v) -> output (..., n, d_v).
@@ -144,21 +166,22 @@ def linear_attention(query, key, value, feature_map="elu", causal=True,
     if log_decay is not None:
         _check_per_token("log_decay", log_decay, key)
     if not causal and (log_decay is not None or chunk_size is not None):
-        raise ValueError("log_decay and chunk_size need causal=True: a decay and "
-                         "chunks run along the sequence")
+        raise ValueError(
+            "log_decay and chunk_size need causal=True: a decay and chunks run along the sequence"
+        )
     dtype = value.dtype
     query, key, value, log_decay = _wide(query, key, value, log_decay)
     if log_decay is not None:
         log_decay = _finite_log_decay(log_decay)
-    q, k = phi(query), phi(key)                           # (..., n, f)
-    if normalize:                          # carry a value of 1 along: the sums
+    q, k = phi(query), phi(key)  # (..., n, f)
+    if normalize:  # carry a value of 1 along: the sums
         ones = value.new_ones(*value.shape[:-1], 1)
-        value = torch.cat([value, ones], dim=-1)          # (..., n, d_v + 1)
+        value = torch.cat([value, ones], dim=-1)  # (..., n, d_v + 1)
     if not causal:
-        out = q @ (k.transpose(-2, -1) @ value)           # (..., n_q, d_v[+1])
+        out = q @ (k.transpose(-2, -1) @ value)  # (..., n_q, d_v[+1])
     elif chunk_size is None:
         # weights phi(q_i) . phi(k_j), times exp(G_i - G_j) (G: cumulative g), 0 for j > i
-        weights = q @ k.transpose(-2, -1)                 # (..., n, n)
+        weights = q @ k.transpose(-2, -1)  # (..., n, n)
         if log_decay is None:
             above = _strictly_upper(weights.shape[-1], weights.device)
             weights = weights.masked_fill(above, 0.0)
@@ -177,14 +200,12 @@ def _chunks(tensor, chunk_size, n):
     """(..., n, x) -> (..., N, C, x), zero-padded at the end to N C tokens."""
     pad = (-n) % chunk_size
     tensor = F.pad(tensor, (0, 0, 0, pad))
-    return tensor.reshape(*tensor.shape[:-2], (n + pad) // chunk_size, chunk_size,
-                          tensor.shape[-1])
+    return tensor.reshape(*tensor.shape[:-2], (n + pad) // chunk_size, chunk_size, tensor.shape[-1])
 
 
 def _unchunk(out, n):
     """(..., N, C, x) -> (..., n, x): the chunks side by side, the padding dropped."""
-    return out.reshape(*out.shape[:-3], out.shape[-3] * out.shape[-2],
-                       out.shape[-1])[..., :n, :]
+    return out.reshape(*out.shape[:-3], out.shape[-3] * out.shape[-2], out.shape[-1])[..., :n, :]
 
 
 def _chunked_linear(q, k, value, log_decay, chunk_size):
@@ -194,23 +215,25 @@ def _chunked_linear(q, k, value, log_decay, chunk_size):
     if log_decay is None:
         log_decay = k.new_zeros(k.shape[:-1])
     q, k, value = (_chunks(t, chunk_size, n) for t in (q, k, value))
-    g = _chunks(log_decay[..., None], chunk_size, n)[..., 0]      # (..., N, C)
+    g = _chunks(log_decay[..., None], chunk_size, n)[..., 0]  # (..., N, C)
     # G_r = g_1 + ... + g_r inside each chunk
-    cumulative = g.cumsum(-1)                                      # G, in chunk
+    cumulative = g.cumsum(-1)  # G, in chunk
     # inside a chunk, the parallel form: (phi(q_r) . phi(k_s)) exp(G_r - G_s), s <= r
     inside = (q @ k.transpose(-2, -1)) * _decay_matrix(cumulative)  # (..., N, C, C)
-    intra = inside @ value                                         # (..., N, C, e)
+    intra = inside @ value  # (..., N, C, e)
     state = k.new_zeros(*k.shape[:-3], k.shape[-1], value.shape[-1])  # (..., f, e)
     outputs = []
     for i in range(k.shape[-3]):
         to_end = (cumulative[..., i, -1:] - cumulative[..., i, :]).exp()  # (..., C)
         # o_r = intra_r + exp(G_r) phi(q_r)^T S: what the earlier chunks left in the state
-        outputs.append(intra[..., i, :, :] + (
-            q[..., i, :, :] * cumulative[..., i, :, None].exp()) @ state)
+        outputs.append(
+            intra[..., i, :, :] + (q[..., i, :, :] * cumulative[..., i, :, None].exp()) @ state
+        )
         # S <- exp(G_C) S + sum_s exp(G_C - G_s) phi(k_s) v_s^T
-        state = (cumulative[..., i, -1, None, None].exp() * state
-                 + (k[..., i, :, :] * to_end[..., None]).transpose(-2, -1)
-                 @ value[..., i, :, :])
+        state = (
+            cumulative[..., i, -1, None, None].exp() * state
+            + (k[..., i, :, :] * to_end[..., None]).transpose(-2, -1) @ value[..., i, :, :]
+        )
     out = torch.stack(outputs, dim=-3) if outputs else intra
     return _unchunk(out, n)
 
@@ -225,13 +248,14 @@ def _check_delta_inputs(query, key, value, beta, log_decay, initial_state):
         require_same_dtype("value", value, "initial_state", initial_state)
         wanted = (*key.shape[:-2], key.shape[-1], value.shape[-1])
         if tuple(initial_state.shape) != wanted:
-            raise ValueError(f"initial_state {shape_of(initial_state)} must be "
-                             f"(..., d_k, d_v) = {wanted} for key {shape_of(key)} "
-                             f"and value {shape_of(value)}")
+            raise ValueError(
+                f"initial_state {shape_of(initial_state)} must be "
+                f"(..., d_k, d_v) = {wanted} for key {shape_of(key)} "
+                f"and value {shape_of(value)}"
+            )
 
 
-def delta_rule(query, key, value, beta, log_decay=None, chunk_size=None,
-               initial_state=None):
+def delta_rule(query, key, value, beta, log_decay=None, chunk_size=None, initial_state=None):
     """The (gated) delta rule: (output (..., n, d_v), final state (..., d_k, d_v)).
 
     For each token t, with S the state (zeros, or initial_state):
@@ -249,20 +273,20 @@ def delta_rule(query, key, value, beta, log_decay=None, chunk_size=None,
     _check_chunk_size(chunk_size)
     dtype = value.dtype
     query, key, value, beta, log_decay, state = _wide(
-        query, key, value, beta, log_decay, initial_state)
+        query, key, value, beta, log_decay, initial_state
+    )
     if state is None:
         state = value.new_zeros(*key.shape[:-2], key.shape[-1], value.shape[-1])
     if log_decay is not None:
         log_decay = _finite_log_decay(log_decay)
         if log_decay.dim() < key.dim():
-            log_decay = log_decay[..., None]              # (..., n, 1)
+            log_decay = log_decay[..., None]  # (..., n, 1)
     if chunk_size is None:
         output, state = _delta_recurrent(query, key, value, beta, log_decay, state)
     else:
         if log_decay is None:
             log_decay = key.new_zeros(*key.shape[:-1], 1)
-        output, state = _delta_chunked(query, key, value, beta, log_decay, state,
-                                       chunk_size)
+        output, state = _delta_chunked(query, key, value, beta, log_decay, state, chunk_size)
     return output.to(dtype), state.to(dtype)
 
 
@@ -271,9 +295,9 @@ def _delta_recurrent(query, key, value, beta, log_decay, state):
     output = value.new_empty(value.shape)
     for t in range(key.shape[-2]):
         if log_decay is not None:
-            state = state * log_decay[..., t, :, None].exp()      # rows scaled
-        k_t = key[..., t, :]                                      # (..., d_k)
-        predicted = (k_t[..., None, :] @ state)[..., 0, :]        # S^T k: (..., d_v)
+            state = state * log_decay[..., t, :, None].exp()  # rows scaled
+        k_t = key[..., t, :]  # (..., d_k)
+        predicted = (k_t[..., None, :] @ state)[..., 0, :]  # S^T k: (..., d_v)
         correction = beta[..., t, None] * (value[..., t, :] - predicted)
         state = state + k_t[..., :, None] * correction[..., None, :]
         output[..., t, :] = (query[..., t, None, :] @ state)[..., 0, :]
@@ -283,7 +307,7 @@ def _delta_recurrent(query, key, value, beta, log_decay, state):
 def _pairwise(left, right, cumulative):
     """sum_c left_rc right_sc exp(G_rc - G_sc) for s <= r, 0 above:
     (..., C, d_k) twice, cumulative log-decays (..., C, 1 or d_k) -> (..., C, C)."""
-    if cumulative.shape[-1] == 1:                       # one decay per token
+    if cumulative.shape[-1] == 1:  # one decay per token
         return (left @ right.transpose(-2, -1)) * _decay_matrix(cumulative[..., 0])
     difference = cumulative[..., :, None, :] - cumulative[..., None, :, :]
     above = _strictly_upper(cumulative.shape[-2], cumulative.device)
@@ -295,22 +319,24 @@ def _delta_chunked(query, key, value, beta, log_decay, state, chunk_size):
     """Chunks of C tokens: log_decay (..., n, 1 or d_k)."""
     n = key.shape[-2]
     q, k, v, g = (_chunks(t, chunk_size, n) for t in (query, key, value, log_decay))
-    b = _chunks(beta[..., None], chunk_size, n)         # (..., N, C, 1)
+    b = _chunks(beta[..., None], chunk_size, n)  # (..., N, C, 1)
     # G_r = g_1 + ... + g_r inside each chunk (per key channel for KDA)
-    cumulative = g.cumsum(-2)                           # G: (..., N, C, 1 or d_k)
+    cumulative = g.cumsum(-2)  # G: (..., N, C, 1 or d_k)
     k_beta = k * b
     # A_rs = beta_r k_r^T diag(exp(G_r - G_s)) k_s for s < r: how correction s
     # changes what token r's key reads from the state
-    below = _pairwise(k_beta, k, cumulative).tril(-1)   # A: (..., N, C, C)
+    below = _pairwise(k_beta, k, cumulative).tril(-1)  # A: (..., N, C, C)
     system = below + torch.eye(chunk_size, dtype=k.dtype, device=k.device)
     # UT transform: (I + A) U = beta V - (beta K * exp(G)) S_0 gives the C corrections
     # U at once; solved for the two right-hand sides, then combined with each chunk's S_0
     from_values = torch.linalg.solve_triangular(
-        system, v * b, upper=False, unitriangular=True)            # (..., N, C, d_v)
+        system, v * b, upper=False, unitriangular=True
+    )  # (..., N, C, d_v)
     from_state = torch.linalg.solve_triangular(
-        system, k_beta * cumulative.exp(), upper=False, unitriangular=True)
+        system, k_beta * cumulative.exp(), upper=False, unitriangular=True
+    )
     # q_r^T diag(exp(G_r - G_s)) k_s for s <= r: the attention-like scores of a chunk
-    scores = _pairwise(q, k, cumulative)                # (..., N, C, C), s <= r
+    scores = _pairwise(q, k, cumulative)  # (..., N, C, C), s <= r
     outputs = []
     for i in range(k.shape[-3]):
         # U = (I + A)^-1 (beta V) - (I + A)^-1 (beta K exp(G)) S_0
@@ -319,10 +345,12 @@ def _delta_chunked(query, key, value, beta, log_decay, state, chunk_size):
         reads = (q[..., i, :, :] * cumulative[..., i, :, :].exp()) @ state
         outputs.append(reads + scores[..., i, :, :] @ corrections)
         # S <- exp(G_C) S_0 + sum_s exp(G_C - G_s) k_s u_s^T
-        last = cumulative[..., i, -1:, :]                           # (..., 1, 1|d_k)
-        to_end = (last - cumulative[..., i, :, :]).exp()            # (..., C, 1|d_k)
-        state = (last.transpose(-2, -1).exp() * state
-                 + (k[..., i, :, :] * to_end).transpose(-2, -1) @ corrections)
+        last = cumulative[..., i, -1:, :]  # (..., 1, 1|d_k)
+        to_end = (last - cumulative[..., i, :, :]).exp()  # (..., C, 1|d_k)
+        state = (
+            last.transpose(-2, -1).exp() * state
+            + (k[..., i, :, :] * to_end).transpose(-2, -1) @ corrections
+        )
     if not outputs:
         return value.new_empty(value.shape), state
     return _unchunk(torch.stack(outputs, dim=-3), n), state

@@ -52,16 +52,20 @@ def _check_valid_lens(valid_lens, n_queries, n_keys):
     """valid_lens (batch,) or (batch, n_queries) of whole numbers in [0, n_keys]."""
     require_rank("valid_lens", valid_lens, (1, 2))
     if valid_lens.dtype == torch.bool or valid_lens.dtype.is_complex:
-        raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold lengths (integers), "
-                         f"got {valid_lens.dtype}")
+        raise ValueError(
+            f"valid_lens {shape_of(valid_lens)} must hold lengths (integers), "
+            f"got {valid_lens.dtype}"
+        )
     if valid_lens.dtype.is_floating_point and not torch.equal(valid_lens, valid_lens.round()):
         raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold whole numbers")
     if valid_lens.dim() == 2 and valid_lens.shape[1] != n_queries:
-        raise ValueError(f"valid_lens {shape_of(valid_lens)} must be (batch,) or "
-                         f"(batch, n_queries={n_queries})")
+        raise ValueError(
+            f"valid_lens {shape_of(valid_lens)} must be (batch,) or (batch, n_queries={n_queries})"
+        )
     if ((valid_lens < 0) | (valid_lens > n_keys)).any():
-        raise ValueError(f"valid_lens {valid_lens.tolist()} out of range: each must be in "
-                         f"[0, n_keys={n_keys}]")
+        raise ValueError(
+            f"valid_lens {valid_lens.tolist()} out of range: each must be in [0, n_keys={n_keys}]"
+        )
 
 
 def _lengths_mask(valid_lens, n_keys):
@@ -82,12 +86,16 @@ def _check_allowed(allowed, scores):
     """allowed: a bool tensor that broadcasts to scores without growing them."""
     require_tensor("allowed", allowed)
     if allowed.dtype != torch.bool:
-        raise ValueError(f"allowed {shape_of(allowed)} must be a bool mask (True = may attend), "
-                         f"got {allowed.dtype}")
-    if allowed.shape != scores.shape[scores.dim() - allowed.dim():] and (
-            broadcast_shape(allowed.shape, scores.shape) != tuple(scores.shape)):
-        raise ValueError(f"allowed {shape_of(allowed)} does not broadcast to the scores "
-                         f"{shape_of(scores)}")
+        raise ValueError(
+            f"allowed {shape_of(allowed)} must be a bool mask (True = may attend), "
+            f"got {allowed.dtype}"
+        )
+    if allowed.shape != scores.shape[scores.dim() - allowed.dim() :] and (
+        broadcast_shape(allowed.shape, scores.shape) != tuple(scores.shape)
+    ):
+        raise ValueError(
+            f"allowed {shape_of(allowed)} does not broadcast to the scores {shape_of(scores)}"
+        )
 
 
 def softmax(scores, dim=-1):
@@ -141,20 +149,23 @@ def masked_softmax(scores, valid_lens=None):
     """
     require_float("scores", scores)
     if scores.dim() < 3:
-        raise ValueError(f"scores must be (batch, ..., n_queries, n_keys), got shape "
-                         f"{shape_of(scores)}")
+        raise ValueError(
+            f"scores must be (batch, ..., n_queries, n_keys), got shape {shape_of(scores)}"
+        )
     allowed = None
     if valid_lens is not None:
         _check_valid_lens(valid_lens, scores.shape[-2], scores.shape[-1])
         if valid_lens.shape[0] != scores.shape[0]:
-            raise ValueError(f"valid_lens {shape_of(valid_lens)} and scores {shape_of(scores)} "
-                             "disagree on the batch size")
+            raise ValueError(
+                f"valid_lens {shape_of(valid_lens)} and scores {shape_of(scores)} "
+                "disagree on the batch size"
+            )
         allowed = _lengths_mask(valid_lens, scores.shape[-1])
         extra_dims = scores.dim() - 3  # e.g. a heads axis between batch and queries
         allowed = allowed.reshape(allowed.shape[0], *([1] * extra_dims), *allowed.shape[1:])
-    scored = torch.isneginf(scores)   # a -inf score blocks its key, as a mask would
+    scored = torch.isneginf(scores)  # a -inf score blocks its key, as a mask would
     if allowed is None:
-        if not scored.all(dim=-1).any():       # some key allowed in every row
+        if not scored.all(dim=-1).any():  # some key allowed in every row
             if scores.dtype in HALF_PRECISION:
                 return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
             return torch.softmax(scores, dim=-1)
@@ -165,8 +176,8 @@ def masked_softmax(scores, valid_lens=None):
 def _with_mask(scores, allowed):
     """softmax_with_mask for arguments masked_softmax has checked."""
     return _kernels.masked_softmax_inplace(
-        scores.float() if scores.dtype in HALF_PRECISION else scores.clone(),
-        allowed).to(scores.dtype)
+        scores.float() if scores.dtype in HALF_PRECISION else scores.clone(), allowed
+    ).to(scores.dtype)
 
 
 def decoding_mask(query_positions, key_positions, window=None, sinks=0):
@@ -178,5 +189,5 @@ def decoding_mask(query_positions, key_positions, window=None, sinks=0):
     require_integer("key_positions", key_positions, 1)
     if window is not None:
         require_int("window", window, 1)
-    require_int("sinks", sinks, 0)     # a mask may show sinks alone
+    require_int("sinks", sinks, 0)  # a mask may show sinks alone
     return _kernels.allowed_by_position(query_positions, key_positions, window, sinks)

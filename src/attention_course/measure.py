@@ -89,8 +89,12 @@ class _MultiplyAdds(TorchDispatchMode):
     """Counts the multiply-adds of the matrix products PyTorch runs."""
 
     # operation -> the index of its left factor (addmm's first is the bias)
-    PRODUCTS = {torch.ops.aten.mm: 0, torch.ops.aten.bmm: 0,
-                torch.ops.aten.addmm: 1, torch.ops.aten.baddbmm: 1}
+    PRODUCTS = {
+        torch.ops.aten.mm: 0,
+        torch.ops.aten.bmm: 0,
+        torch.ops.aten.addmm: 1,
+        torch.ops.aten.baddbmm: 1,
+    }
 
     def __init__(self):
         super().__init__()
@@ -99,7 +103,7 @@ class _MultiplyAdds(TorchDispatchMode):
     def __torch_dispatch__(self, operation, types, args=(), kwargs=None):
         result = operation(*args, **(kwargs or {}))
         first = self.PRODUCTS.get(operation.overloadpacket)
-        if first is not None:                  # (..., n, k) @ (..., k, m)
+        if first is not None:  # (..., n, k) @ (..., k, m)
             self.count += result.numel() * args[first].shape[-1]
         return result
 
@@ -126,7 +130,7 @@ def reset_peak_resident_bytes():
     """Restart this process's peak resident memory from now (Linux).
     Chapter 12."""
     with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")       # Linux: the peak (VmHWM) restarts from now
+        clear.write("5")  # Linux: the peak (VmHWM) restarts from now
 
 
 # The program run in a fresh process: it imports `module:function`, calls it
@@ -166,15 +170,16 @@ def peak_extra_bytes(target, *arguments):
     call's output (a reading wobbles by a few hundred KiB from run to run).
     Returns a list of ints, one per pair. Chapter 12."""
     if not isinstance(target, str):
-        raise TypeError(f"target must be a string 'module:function', got "
-                        f"{type_name(target)}")
+        raise TypeError(f"target must be a string 'module:function', got {type_name(target)}")
     if target.count(":") != 1:
         raise ValueError(f"target must be 'module:function', got {target!r}")
-    environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536",
-                   "OMP_NUM_THREADS": "1"}
+    environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, "-c", _FRESH_PROCESS, target, json.dumps(arguments)],
-        capture_output=True, text=True, env=environment)
+        capture_output=True,
+        text=True,
+        env=environment,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"the measurement failed:\n{result.stderr}")
     return [int(line) for line in result.stdout.split()]
@@ -200,7 +205,7 @@ def _attention_cases(implementation, head_dim, cases):
     pairs = []
     for length, block_size in cases:
         shape = (3, 1, 1, length, head_dim)
-        inputs = []                  # the warm-up makes the measured call's inputs
+        inputs = []  # the warm-up makes the measured call's inputs
 
         def warm_up(shape=shape, block_size=block_size, inputs=inputs):
             run(*torch.randn(shape), block_size)
@@ -221,28 +226,28 @@ def peak_extra_memory(implementation, lengths, head_dim=64, block_size=128):
     list with one per length. Returns a list of ints, one per length, as
     peak_extra_bytes measures them. Chapter 12."""
     if not isinstance(implementation, str):
-        raise TypeError(f"implementation must be one of {IMPLEMENTATIONS}, got "
-                        f"{type_name(implementation)}")
+        raise TypeError(
+            f"implementation must be one of {IMPLEMENTATIONS}, got {type_name(implementation)}"
+        )
     if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, "
-                         f"got {implementation!r}")
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
     if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
-        raise TypeError(f"lengths must be a list of sequence lengths, got "
-                        f"{type_name(lengths)}")
+        raise TypeError(f"lengths must be a list of sequence lengths, got {type_name(lengths)}")
     lengths = list(lengths)
     for length in lengths:
-        require_int("lengths", length, 1,
-                    message=f"lengths must each be at least 1, got {length}")
+        require_int("lengths", length, 1, message=f"lengths must each be at least 1, got {length}")
     require_int("head_dim", head_dim, 1)
-    block_sizes = (list(block_size) if isinstance(block_size, (list, tuple))
-                   else [block_size] * len(lengths))
+    block_sizes = (
+        list(block_size) if isinstance(block_size, (list, tuple)) else [block_size] * len(lengths)
+    )
     if len(block_sizes) != len(lengths):
-        raise ValueError(f"{len(block_sizes)} block sizes for {len(lengths)} "
-                         "lengths: give one block size, or one per length")
+        raise ValueError(
+            f"{len(block_sizes)} block sizes for {len(lengths)} "
+            "lengths: give one block size, or one per length"
+        )
     for size in block_sizes:
-        require_int("block_size", size, 1,
-                    message=f"block_size must be at least 1, got {size!r}")
-    cases = [[int(length), int(size)]
-             for length, size in zip(lengths, block_sizes)]
-    return peak_extra_bytes("attention_course.measure:_attention_cases",
-                            implementation, head_dim, cases)
+        require_int("block_size", size, 1, message=f"block_size must be at least 1, got {size!r}")
+    cases = [[int(length), int(size)] for length, size in zip(lengths, block_sizes)]
+    return peak_extra_bytes(
+        "attention_course.measure:_attention_cases", implementation, head_dim, cases
+    )

@@ -24,8 +24,10 @@ def split_heads(x, num_heads):
     require_rank("x", x, 3)
     require_int("num_heads", num_heads, 1)
     if x.shape[-1] % num_heads:
-        raise ValueError(f"x {shape_of(x)} does not split into num_heads={num_heads} heads: "
-                         "its last dimension must be a multiple of num_heads")
+        raise ValueError(
+            f"x {shape_of(x)} does not split into num_heads={num_heads} heads: "
+            "its last dimension must be a multiple of num_heads"
+        )
     return _kernels.split_heads(x, num_heads)
 
 
@@ -72,12 +74,15 @@ class MultiHeadAttention(nn.Module):
         for name, x in (("query", query), ("key", key), ("value", value)):
             check_sequence(name, x, self.embed_dim, dtype)
         if key.shape[:2] != value.shape[:2] or query.shape[0] != key.shape[0]:
-            raise ValueError(f"query {shape_of(query)}, key {shape_of(key)} and value "
-                             f"{shape_of(value)} must share the batch, key and value the length")
-        check_attn_mask(attn_mask, is_causal,
-                        (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
+            raise ValueError(
+                f"query {shape_of(query)}, key {shape_of(key)} and value "
+                f"{shape_of(value)} must share the batch, key and value the length"
+            )
+        check_attn_mask(
+            attn_mask, is_causal, (query.shape[0], self.num_heads, query.shape[1], key.shape[1])
+        )
         q = _kernels.split_heads(self.q_proj(query), self.num_heads)  # (batch, H, L, d_h)
-        k = _kernels.split_heads(self.k_proj(key), self.num_heads)    # (batch, H, S, d_h)
+        k = _kernels.split_heads(self.k_proj(key), self.num_heads)  # (batch, H, S, d_h)
         v = _kernels.split_heads(self.v_proj(value), self.num_heads)  # (batch, H, S, d_h)
         heads, weights = _kernels.grouped_attention(q, k, v, attn_mask, is_causal)
         return self.out_proj(_kernels.merge_heads(heads)), weights
@@ -86,16 +91,24 @@ class MultiHeadAttention(nn.Module):
     def from_torch(cls, module):
         """A copy of a torch.nn.MultiheadAttention(batch_first=True) that gives the same outputs
         (with dropout off: eval mode or dropout=0). Chapter 8."""
-        require_instance("module", module, nn.MultiheadAttention,
-                         "a torch.nn.MultiheadAttention(batch_first=True)")
+        require_instance(
+            "module",
+            module,
+            nn.MultiheadAttention,
+            "a torch.nn.MultiheadAttention(batch_first=True)",
+        )
         if not module.batch_first:
-            raise ValueError("from_torch needs a torch.nn.MultiheadAttention with "
-                             "batch_first=True: module has batch_first=False")
+            raise ValueError(
+                "from_torch needs a torch.nn.MultiheadAttention with "
+                "batch_first=True: module has batch_first=False"
+            )
         if module.bias_k is not None or module.add_zero_attn or not module._qkv_same_embed_dim:
-            raise ValueError("from_torch supports neither add_bias_kv, add_zero_attn nor kdim/vdim "
-                             "different from embed_dim, which module has")
+            raise ValueError(
+                "from_torch supports neither add_bias_kv, add_zero_attn nor kdim/vdim "
+                "different from embed_dim, which module has"
+            )
         bias = module.in_proj_bias is not None
-        like = module.in_proj_weight                   # the copy lives where the original does
+        like = module.in_proj_weight  # the copy lives where the original does
         copy = cls(module.embed_dim, module.num_heads, bias=bias).to(like.device, like.dtype)
         with torch.no_grad():
             for index, projection in enumerate((copy.q_proj, copy.k_proj, copy.v_proj)):
@@ -153,15 +166,16 @@ class GroupedQueryAttention(nn.Module):
         """x (batch, L, embed_dim) -> keys, values (batch, num_kv_heads, L, head_dim): exactly what
         a KV cache stores for this layer. Chapter 9."""
         check_sequence("x", x, self.embed_dim, self.k_proj.weight.dtype)
-        return (_kernels.split_heads(self.k_proj(x), self.num_kv_heads),
-                _kernels.split_heads(self.v_proj(x), self.num_kv_heads))
+        return (
+            _kernels.split_heads(self.k_proj(x), self.num_kv_heads),
+            _kernels.split_heads(self.v_proj(x), self.num_kv_heads),
+        )
 
     def forward(self, x, attn_mask=None, is_causal=False):
         """The forward pass of the class docstring. Chapter 9."""
         check_sequence("x", x, self.embed_dim, self.q_proj.weight.dtype)
-        check_attn_mask(attn_mask, is_causal,
-                        (x.shape[0], self.num_heads, x.shape[1], x.shape[1]))
-        q = _kernels.split_heads(self.q_proj(x), self.num_heads)     # (batch, H, L, d_h)
+        check_attn_mask(attn_mask, is_causal, (x.shape[0], self.num_heads, x.shape[1], x.shape[1]))
+        q = _kernels.split_heads(self.q_proj(x), self.num_heads)  # (batch, H, L, d_h)
         k = _kernels.split_heads(self.k_proj(x), self.num_kv_heads)  # (batch, H_kv, L, d_h)
         v = _kernels.split_heads(self.v_proj(x), self.num_kv_heads)  # (batch, H_kv, L, d_h)
         heads, weights = _kernels.grouped_attention(q, k, v, attn_mask, is_causal)
@@ -175,9 +189,10 @@ class GroupedQueryAttention(nn.Module):
         require_instance("mha", mha, MultiHeadAttention, "a MultiHeadAttention")
         check_kv_heads(mha.num_heads, num_kv_heads)
         bias = mha.q_proj.bias is not None
-        like = mha.q_proj.weight                       # the copy lives where the original does
+        like = mha.q_proj.weight  # the copy lives where the original does
         gqa = cls._of_checked_sizes(mha.embed_dim, mha.num_heads, num_kv_heads, bias).to(
-            like.device, like.dtype)
+            like.device, like.dtype
+        )
         group, head_dim = mha.num_heads // num_kv_heads, mha.head_dim
 
         def pool(tensor):  # (H * head_dim, ...) -> (H_kv * head_dim, ...), mean over each group
@@ -185,10 +200,12 @@ class GroupedQueryAttention(nn.Module):
             return grouped.mean(dim=1).reshape(num_kv_heads * head_dim, *tensor.shape[1:])
 
         with torch.no_grad():
-            for source, target, pooled in ((mha.q_proj, gqa.q_proj, False),
-                                           (mha.k_proj, gqa.k_proj, True),
-                                           (mha.v_proj, gqa.v_proj, True),
-                                           (mha.out_proj, gqa.out_proj, False)):
+            for source, target, pooled in (
+                (mha.q_proj, gqa.q_proj, False),
+                (mha.k_proj, gqa.k_proj, True),
+                (mha.v_proj, gqa.v_proj, True),
+                (mha.out_proj, gqa.out_proj, False),
+            ):
                 target.weight.copy_(pool(source.weight) if pooled else source.weight)
                 if bias:
                     target.bias.copy_(pool(source.bias) if pooled else source.bias)
@@ -198,9 +215,14 @@ class GroupedQueryAttention(nn.Module):
 def kv_cache_bytes(*, batch_size, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_element=2):
     """Bytes of a KV cache: 2 (keys and values) * layers * KV heads * head_dim * tokens * batch *
     bytes per element (2 for float16/bfloat16, 4 for float32, 1 for 8-bit). Chapter 9."""
-    sizes = {"batch_size": batch_size, "seq_len": seq_len, "num_layers": num_layers,
-             "num_kv_heads": num_kv_heads, "head_dim": head_dim,
-             "bytes_per_element": bytes_per_element}
+    sizes = {
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "num_layers": num_layers,
+        "num_kv_heads": num_kv_heads,
+        "head_dim": head_dim,
+        "bytes_per_element": bytes_per_element,
+    }
     for name, value in sizes.items():
         require_int(name, value, 1, message=f"{name} must be a positive integer, got {value!r}")
     return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_element

@@ -22,8 +22,9 @@ def _as_tensor(name, values):
     try:
         tensor = torch.as_tensor(values)
     except (TypeError, ValueError, RuntimeError):
-        raise TypeError(f"{name} must be a tensor or an array of numbers, got "
-                        f"{type_name(values)}") from None
+        raise TypeError(
+            f"{name} must be a tensor or an array of numbers, got {type_name(values)}"
+        ) from None
     if tensor.dtype.is_complex:
         raise TypeError(f"{name} must hold real numbers, got {tensor.dtype}")
     return tensor.detach().to("cpu", torch.float64)
@@ -44,8 +45,16 @@ def _as_grid(weights):
     return weights
 
 
-def plot_attention(weights, xlabel="keys", ylabel="queries", titles=None, extent=None,
-                   cmap="viridis", panel_size=2.6, vmax=1.0):
+def plot_attention(
+    weights,
+    xlabel="keys",
+    ylabel="queries",
+    titles=None,
+    extent=None,
+    cmap="viridis",
+    panel_size=2.6,
+    vmax=1.0,
+):
     """Heatmaps of attention weights with one shared colour scale and one colour bar.
 
     weights: (n_q, n_k) for one matrix, (n, n_q, n_k) for a row of n, or (rows, cols, n_q, n_k)
@@ -60,12 +69,26 @@ def plot_attention(weights, xlabel="keys", ylabel="queries", titles=None, extent
     rows, cols = grid.shape[:2]
     if titles is not None and len(titles) != rows * cols:
         raise ValueError(f"{len(titles)} titles for {rows * cols} panels of shape {shape_of(grid)}")
-    fig, axes = plt.subplots(rows, cols, figsize=(panel_size * cols + 0.8, panel_size * rows),
-                             squeeze=False, sharex=True, sharey=True, constrained_layout=True)
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(panel_size * cols + 0.8, panel_size * rows),
+        squeeze=False,
+        sharex=True,
+        sharey=True,
+        constrained_layout=True,
+    )
     vmax = grid.max().item() if vmax is None else vmax
     for index, ax in enumerate(axes.flat):
-        image = ax.imshow(grid[index // cols, index % cols].numpy(), cmap=cmap, vmin=0, vmax=vmax,
-                          aspect="auto", extent=extent, interpolation="nearest")
+        image = ax.imshow(
+            grid[index // cols, index % cols].numpy(),
+            cmap=cmap,
+            vmin=0,
+            vmax=vmax,
+            aspect="auto",
+            extent=extent,
+            interpolation="nearest",
+        )
         if titles is not None:
             ax.set_title(titles[index])
     for ax in axes[-1]:
@@ -76,8 +99,18 @@ def plot_attention(weights, xlabel="keys", ylabel="queries", titles=None, extent
     return fig
 
 
-def plot_regression(x_train, y_train, x_test, predictions, truth=None, ax=None,
-                    xlabel="x", ylabel="y", title=None, data_label="training data"):
+def plot_regression(
+    x_train,
+    y_train,
+    x_test,
+    predictions,
+    truth=None,
+    ax=None,
+    xlabel="x",
+    ylabel="y",
+    title=None,
+    data_label="training data",
+):
     """Training points, optionally the true curve, and one curve per entry of `predictions`.
 
     x_train, y_train: (n_train,); x_test: (n_test,); predictions: {label: (n_test,)};
@@ -85,29 +118,31 @@ def plot_regression(x_train, y_train, x_test, predictions, truth=None, ax=None,
     Chapter 1.
     """
     if not isinstance(predictions, dict):
-        raise TypeError(f"predictions must be a dict {{label: (n_test,) curve}}, got "
-                        f"{type_name(predictions)}")
+        raise TypeError(
+            f"predictions must be a dict {{label: (n_test,) curve}}, got {type_name(predictions)}"
+        )
     x_train, y_train = _numpy("x_train", x_train), _numpy("y_train", y_train)
     x_test = _numpy("x_test", x_test)
     truth = None if truth is None else _numpy("truth", truth)
-    curves = {label: _numpy(f"predictions[{label!r}]", curve)
-              for label, curve in predictions.items()}
+    curves = {
+        label: _numpy(f"predictions[{label!r}]", curve) for label, curve in predictions.items()
+    }
     if x_train.size != y_train.size:
-        raise ValueError(f"x_train {x_train.shape} and y_train {y_train.shape} must hold one "
-                         "point each")
+        raise ValueError(
+            f"x_train {x_train.shape} and y_train {y_train.shape} must hold one point each"
+        )
     for label, curve in curves.items():
         if curve.shape != x_test.shape:
-            raise ValueError(f"prediction {label!r} has shape {curve.shape}, "
-                             f"x_test has {x_test.shape}")
+            raise ValueError(
+                f"prediction {label!r} has shape {curve.shape}, x_test has {x_test.shape}"
+            )
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.6), constrained_layout=True)
     ax.scatter(x_train, y_train, s=12, color="0.55", alpha=0.8, label=data_label)
     if truth is not None:
-        ax.plot(x_test, truth, color="black", linestyle="--", linewidth=1.5,
-                label="true function")
+        ax.plot(x_test, truth, color="black", linestyle="--", linewidth=1.5, label="true function")
     for colour, style, (label, curve) in zip(OKABE_ITO, LINE_STYLES, curves.items()):
-        ax.plot(x_test, curve, color=colour, linestyle=style, linewidth=2,
-                label=label)
+        ax.plot(x_test, curve, color=colour, linestyle=style, linewidth=2, label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
@@ -116,8 +151,9 @@ def plot_regression(x_train, y_train, x_test, predictions, truth=None, ax=None,
     return ax
 
 
-def plot_attention_schematic(weights, key_labels=None, value_labels=None, query_label="$q$",
-                             ax=None, first=1):
+def plot_attention_schematic(
+    weights, key_labels=None, value_labels=None, query_label="$q$", ax=None, first=1
+):
     """One query attending to n key–value pairs: a line from the query to each key, as thick as
     its weight alpha_i, each key beside its value, and the output sum_i alpha_i v_i. weights (n,),
     non-negative and summing to 1; `first`: the index of the first pair in the labels (1, or 0
@@ -131,18 +167,31 @@ def plot_attention_schematic(weights, key_labels=None, value_labels=None, query_
     value_labels = value_labels or [f"$v_{{{i + first}}}$" for i in range(n)]
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 0.55 * n + 1.2), constrained_layout=True)
-    rows = [n - 1 - i for i in range(n)]                          # first pair on top
+    rows = [n - 1 - i for i in range(n)]  # first pair on top
     middle = (n - 1) / 2
     box = dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor="0.3")
     ax.text(0, middle, query_label, ha="center", va="center", bbox=box, fontsize=12)
     for i, (row, alpha) in enumerate(zip(rows, weights.tolist())):
         width = 0.5 + 8 * alpha
-        ax.plot([0.25, 1.75], [middle, row], color=OKABE_ITO[0], linewidth=width,
-                solid_capstyle="round", alpha=0.85)
-        on_line = middle + (row - middle) * 0.55                  # past the line's middle
-        ax.text(1.1, on_line, f"$\\alpha_{{{i + first}}} = {alpha:.2f}$", ha="center",
-                va="center", fontsize=10, color=OKABE_ITO[0],
-                bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none"))
+        ax.plot(
+            [0.25, 1.75],
+            [middle, row],
+            color=OKABE_ITO[0],
+            linewidth=width,
+            solid_capstyle="round",
+            alpha=0.85,
+        )
+        on_line = middle + (row - middle) * 0.55  # past the line's middle
+        ax.text(
+            1.1,
+            on_line,
+            f"$\\alpha_{{{i + first}}} = {alpha:.2f}$",
+            ha="center",
+            va="center",
+            fontsize=10,
+            color=OKABE_ITO[0],
+            bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none"),
+        )
         ax.text(2.0, row, key_labels[i], ha="center", va="center", bbox=box, fontsize=11)
         ax.text(2.7, row, value_labels[i], ha="center", va="center", bbox=box, fontsize=11)
         ax.plot([2.95, 4.05], [row, middle], color=OKABE_ITO[1], linewidth=width, alpha=0.85)

@@ -32,7 +32,7 @@ def gaussian_kernel(u):
     """Gaussian kernel exp(-u^2 / 2), up to its constant 1/sqrt(2 pi); any shape.
     Chapter 1."""
     require_float("u", u)
-    return torch.exp(-u**2 / 2)
+    return torch.exp(-(u**2) / 2)
 
 
 def _boxcar(u):
@@ -73,7 +73,7 @@ def _check_kernel(kernel):
 def _log_kernel(u, kernel):
     """log K(u) for a kernel name; -inf where a compact kernel is zero."""
     if kernel == "gaussian":
-        return -u**2 / 2  # exact, and never underflows to log(0)
+        return -(u**2) / 2  # exact, and never underflows to log(0)
     return torch.log(_boxcar(u) if kernel == "boxcar" else _epanechnikov(u))
 
 
@@ -202,8 +202,10 @@ def select_bandwidth(keys, values, bandwidths, kernel="gaussian"):
             if "no key within the kernel's reach" not in str(error):
                 raise
     if torch.isinf(errors).all():
-        raise ValueError(f"no bandwidth among {candidates.tolist()} reaches a neighbour "
-                         f"for every one of the {keys.shape[0]} keys")
+        raise ValueError(
+            f"no bandwidth among {candidates.tolist()} reaches a neighbour "
+            f"for every one of the {keys.shape[0]} keys"
+        )
     return candidates[errors.argmin()].item(), errors
 
 
@@ -212,16 +214,22 @@ def _bandwidth_candidates(bandwidths):
     if isinstance(bandwidths, torch.Tensor):
         require_rank("bandwidths", bandwidths, 1)
         if bandwidths.dtype == torch.bool or bandwidths.dtype.is_complex:
-            raise ValueError(f"bandwidths {shape_of(bandwidths)} must hold real numbers, got "
-                             f"{bandwidths.dtype}")
-    elif isinstance(bandwidths, (str, bytes)) or not hasattr(bandwidths, "__iter__") or not all(
-            isinstance(h, numbers.Real) and not isinstance(h, bool) for h in bandwidths):
-        raise TypeError(f"bandwidths must be a 1-D tensor or a sequence of numbers, got "
-                        f"{bandwidths!r}")
+            raise ValueError(
+                f"bandwidths {shape_of(bandwidths)} must hold real numbers, got {bandwidths.dtype}"
+            )
+    elif (
+        isinstance(bandwidths, (str, bytes))
+        or not hasattr(bandwidths, "__iter__")
+        or not all(isinstance(h, numbers.Real) and not isinstance(h, bool) for h in bandwidths)
+    ):
+        raise TypeError(
+            f"bandwidths must be a 1-D tensor or a sequence of numbers, got {bandwidths!r}"
+        )
     candidates = torch.as_tensor(bandwidths, dtype=torch.float64)  # 1-D: checked above
     if len(candidates) == 0 or not (candidates > 0).all():
-        raise ValueError(f"bandwidths must be one or more positive numbers, got "
-                         f"{candidates.tolist()}")
+        raise ValueError(
+            f"bandwidths must be one or more positive numbers, got {candidates.tolist()}"
+        )
     return candidates
 
 
@@ -241,8 +249,10 @@ class KernelRegression(nn.Module):
         require_finite("keys", keys)
         require_positive("bandwidth", bandwidth)
         if isinstance(bandwidth, torch.Tensor) and bandwidth.numel() != 1:
-            raise ValueError(f"bandwidth {shape_of(bandwidth)} must be one number, the initial "
-                             "width of every key (per_key=True makes one width per key)")
+            raise ValueError(
+                f"bandwidth {shape_of(bandwidth)} must be one number, the initial "
+                "width of every key (per_key=True makes one width per key)"
+            )
         self.register_buffer("keys", keys)
         self.register_buffer("values", values)
         shape = (keys.shape[0],) if per_key else ()

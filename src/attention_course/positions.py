@@ -21,11 +21,12 @@ def sinusoidal_positional_encoding(num_positions, dim, base=10000.0, *, device=N
     require_number("base", base, 0, strict=True)
     require_floating_dtype("dtype", dtype)
     if num_positions < 1 or dim < 2 or dim % 2:
-        raise ValueError(f"need num_positions >= 1 and an even dim >= 2, got "
-                         f"({num_positions}, {dim})")
+        raise ValueError(
+            f"need num_positions >= 1 and an even dim >= 2, got ({num_positions}, {dim})"
+        )
     wide = torch.float32 if torch.device(device or "cpu").type == "mps" else torch.float64
-    positions = torch.arange(num_positions, dtype=wide, device=device)[:, None]       # (P, 1)
+    positions = torch.arange(num_positions, dtype=wide, device=device)[:, None]  # (P, 1)
     frequencies = base ** (-torch.arange(0, dim, 2, dtype=wide, device=device) / dim)  # (dim/2,)
-    angles = positions * frequencies                                                    # (P, dim/2)
+    angles = positions * frequencies  # (P, dim/2)
     encoding = torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).flatten(1)  # (P, dim)
     return encoding.to(dtype or torch.get_default_dtype())

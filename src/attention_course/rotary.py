@@ -49,16 +49,20 @@ _SCALING_KEYS = {
     "default": ((), ()),
     "linear": (("factor",), ()),
     "dynamic": (("factor", "original_max_position_embeddings"), ()),
-    "llama3": (("factor", "low_freq_factor", "high_freq_factor",
-                "original_max_position_embeddings"), ()),
-    "yarn": (("factor", "original_max_position_embeddings"),
-             ("beta_fast", "beta_slow", "attention_factor", "mscale",
-              "mscale_all_dim", "truncate")),
+    "llama3": (
+        ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+        (),
+    ),
+    "yarn": (
+        ("factor", "original_max_position_embeddings"),
+        ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate"),
+    ),
 }
 
 
-def rotary_frequencies(head_dim, base=10000.0, *, scaling=None, seq_len=None,
-                       device=None, dtype=None):
+def rotary_frequencies(
+    head_dim, base=10000.0, *, scaling=None, seq_len=None, device=None, dtype=None
+):
     """theta_i = base^(-2i / head_dim) for i < head_dim / 2 -> (head_dim / 2,),
     rescaled as `scaling` says (see the module's docstring); seq_len, the
     current length, matters to "dynamic" only (default: at most C). Chapter 10."""
@@ -91,57 +95,66 @@ def _check_scaling(scaling, base=None):
     """None, or a mapping like a config's rope_parameters -> a dict."""
     if scaling is None:
         return None
-    require_instance("scaling", scaling, Mapping,
-                     "a dict (a config's rope_parameters) or None")
+    require_instance("scaling", scaling, Mapping, "a dict (a config's rope_parameters) or None")
     scaling = dict(scaling)
     kind = _rope_type(scaling)
     if kind not in _SCALING_KEYS:
-        raise ValueError(f"scaling['rope_type'] must be one of "
-                         f"{sorted(_SCALING_KEYS)}, got {kind!r}")
+        raise ValueError(
+            f"scaling['rope_type'] must be one of {sorted(_SCALING_KEYS)}, got {kind!r}"
+        )
     required, optional = _SCALING_KEYS[kind]
     known = {"rope_type", "type", "rope_theta", *required, *optional}
     unknown = sorted(set(scaling) - known)
     missing = [key for key in required if scaling.get(key) is None]
     if unknown or missing:
-        raise ValueError(f"scaling of rope_type {kind!r} needs {list(required)}"
-                         f" and may hold {sorted(known - set(required))}; "
-                         f"missing {missing}, unknown {unknown}")
+        raise ValueError(
+            f"scaling of rope_type {kind!r} needs {list(required)}"
+            f" and may hold {sorted(known - set(required))}; "
+            f"missing {missing}, unknown {unknown}"
+        )
     _check_scaling_values(scaling)
     theta = scaling.get("rope_theta")
     if base is not None and theta is not None and theta != base:
-        raise ValueError(f"scaling['rope_theta'] = {theta!r} disagrees with "
-                         f"base = {base!r}")
+        raise ValueError(f"scaling['rope_theta'] = {theta!r} disagrees with base = {base!r}")
     return scaling
 
 
 def _check_scaling_values(scaling):
     def number(key, minimum=None, strict=False):
         if scaling.get(key) is not None:
-            require_number(f"scaling['{key}']", scaling[key], minimum,
-                           strict=strict)
+            require_number(f"scaling['{key}']", scaling[key], minimum, strict=strict)
 
     number("factor", 1)
     number("attention_factor", 0, strict=True)
     number("mscale")
     number("mscale_all_dim")
-    for low, high in (("low_freq_factor", "high_freq_factor"),
-                      ("beta_slow", "beta_fast")):
+    for low, high in (("low_freq_factor", "high_freq_factor"), ("beta_slow", "beta_fast")):
         number(low, 0, strict=True)
         number(high, 0, strict=True)
-        if scaling.get(low) is not None and scaling.get(high) is not None \
-                and scaling[low] >= scaling[high]:
-            raise ValueError(f"scaling['{low}'] = {scaling[low]!r} must be "
-                             f"below scaling['{high}'] = {scaling[high]!r}")
+        if (
+            scaling.get(low) is not None
+            and scaling.get(high) is not None
+            and scaling[low] >= scaling[high]
+        ):
+            raise ValueError(
+                f"scaling['{low}'] = {scaling[low]!r} must be "
+                f"below scaling['{high}'] = {scaling[high]!r}"
+            )
     if "original_max_position_embeddings" in scaling:
-        require_int("scaling['original_max_position_embeddings']",
-                    scaling["original_max_position_embeddings"], 1)
+        require_int(
+            "scaling['original_max_position_embeddings']",
+            scaling["original_max_position_embeddings"],
+            1,
+        )
     if "truncate" in scaling:
         require_instance("scaling['truncate']", scaling["truncate"], bool)
     mscale, all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
     if mscale and all_dim and _yarn_mscale(scaling["factor"], all_dim) == 0:
-        raise ValueError(f"scaling['mscale_all_dim'] = {all_dim!r} makes YaRN's attention "
-                         f"factor 0.1 * {all_dim!r} * ln(factor) + 1 zero at factor = "
-                         f"{scaling['factor']!r}: the attention factor divides by it")
+        raise ValueError(
+            f"scaling['mscale_all_dim'] = {all_dim!r} makes YaRN's attention "
+            f"factor 0.1 * {all_dim!r} * ln(factor) + 1 zero at factor = "
+            f"{scaling['factor']!r}: the attention factor divides by it"
+        )
 
 
 def _frequencies(head_dim, base, device, dtype, scaling=None, seq_len=None):
@@ -166,7 +179,7 @@ def _dynamic_base(head_dim, base, scaling, seq_len):
     context = scaling["original_max_position_embeddings"]
     length = max(seq_len or context, context)
     stretch = factor * length / context - (factor - 1)
-    if head_dim == 2:            # one pair, theta_0 = 1 whatever the base
+    if head_dim == 2:  # one pair, theta_0 = 1 whatever the base
         return base
     return base * stretch ** (head_dim / (head_dim - 2))
 
@@ -176,7 +189,7 @@ def _llama3(theta, scaling):
     divide those turning fewer than low_freq_factor times, blend between."""
     low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
     turns = scaling["original_max_position_embeddings"] * theta / (2 * math.pi)
-    kept = ((turns - low) / (high - low)).clamp(0, 1)   # 1 kept, 0 divided
+    kept = ((turns - low) / (high - low)).clamp(0, 1)  # 1 kept, 0 divided
     return theta * (kept + (1 - kept) / scaling["factor"])
 
 
@@ -186,9 +199,8 @@ def _yarn(theta, head_dim, base, scaling):
     in i between (the pair indices of those turns, rounded outwards)."""
     context = scaling["original_max_position_embeddings"]
 
-    def pair_turning(turns):          # i where C / wavelength_i = turns
-        return (head_dim * math.log(context / (2 * math.pi * turns))
-                / (2 * math.log(base)))
+    def pair_turning(turns):  # i where C / wavelength_i = turns
+        return head_dim * math.log(context / (2 * math.pi * turns)) / (2 * math.log(base))
 
     first = pair_turning(scaling.get("beta_fast") or 32)
     last = pair_turning(scaling.get("beta_slow") or 1)
@@ -215,8 +227,7 @@ def _attention_factor(scaling):
     mscale = scaling.get("mscale")
     mscale_all_dim = scaling.get("mscale_all_dim")
     if mscale and mscale_all_dim:
-        return (_yarn_mscale(factor, mscale)
-                / _yarn_mscale(factor, mscale_all_dim))
+        return _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
     return _yarn_mscale(factor)
 
 
@@ -232,9 +243,7 @@ def apply_rotary(x, positions=None, base=10000.0, *, scaling=None):
     """
     require_float("x", x)
     if x.dim() < 2 or x.shape[-1] < 2 or x.shape[-1] % 2:
-        raise ValueError(
-            f"x {shape_of(x)} must be (..., seq, head_dim) with an even head_dim"
-        )
+        raise ValueError(f"x {shape_of(x)} must be (..., seq, head_dim) with an even head_dim")
     positions = check_positions(positions, x.shape[-2], x.device)
     require_number("base", base, 1, strict=True)
     scaling = _check_scaling(scaling, base)
@@ -246,8 +255,7 @@ def apply_rotary(x, positions=None, base=10000.0, *, scaling=None):
     if _rope_type(scaling) == "dynamic" and positions.numel():
         length = int(positions.max()) + 1
     theta = _frequencies(x.shape[-1], base, x.device, wide, scaling, length)
-    return _kernels.rotate(x, positions, theta=theta,
-                           factor=_attention_factor(scaling))
+    return _kernels.rotate(x, positions, theta=theta, factor=_attention_factor(scaling))
 
 
 def interleaved_to_half_split(weight, num_heads):
@@ -260,6 +268,7 @@ def interleaved_to_half_split(weight, num_heads):
     require_int("num_heads", num_heads, 1)
     rows, columns = weight.shape
     if rows % (2 * num_heads):
-        raise ValueError(f"weight {shape_of(weight)} does not split into "
-                         f"{num_heads} heads of an even size")
+        raise ValueError(
+            f"weight {shape_of(weight)} does not split into {num_heads} heads of an even size"
+        )
     return _kernels.interleaved_to_half_split(weight, num_heads)

@@ -28,14 +28,19 @@ def _check_pair(queries, keys):
     require_float("keys", keys, RANKS)
     require_same_dtype("queries", queries, "keys", keys)
     if queries.shape[-1] != keys.shape[-1]:
-        raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} must share "
-                         "the feature size (last dimension)")
+        raise ValueError(
+            f"queries {shape_of(queries)} and keys {shape_of(keys)} must share "
+            "the feature size (last dimension)"
+        )
     if queries.shape[-1] == 0:
-        raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} have no "
-                         "features (d = 0)")
+        raise ValueError(
+            f"queries {shape_of(queries)} and keys {shape_of(keys)} have no features (d = 0)"
+        )
     if queries.shape[:-2] != keys.shape[:-2]:
-        raise ValueError(f"queries {shape_of(queries)} and keys {shape_of(keys)} must share "
-                         "their leading (batch) dimensions")
+        raise ValueError(
+            f"queries {shape_of(queries)} and keys {shape_of(keys)} must share "
+            "their leading (batch) dimensions"
+        )
 
 
 def _dot(queries, keys, temperature):
@@ -97,8 +102,9 @@ def soft_nearest_neighbours(queries, keys, values, similarity="scaled_dot", **op
     Returns (output (..., n_q, d_v), weights (..., n_q, n_k)). Chapter 3.
     """
     if not isinstance(similarity, str):
-        raise TypeError(f"similarity must be a name from SIMILARITIES (a str), got "
-                        f"{type_name(similarity)}")
+        raise TypeError(
+            f"similarity must be a name from SIMILARITIES (a str), got {type_name(similarity)}"
+        )
     if similarity not in SIMILARITIES:
         raise ValueError(f"unknown similarity {similarity!r}; choose one of {sorted(SIMILARITIES)}")
     # scores s(q, k): the similarity function checks queries, keys and its options
@@ -106,8 +112,10 @@ def soft_nearest_neighbours(queries, keys, values, similarity="scaled_dot", **op
     require_float("values", values, RANKS)
     require_same_dtype("keys", keys, "values", values)
     if values.shape[:-1] != keys.shape[:-1]:
-        raise ValueError(f"keys {shape_of(keys)} and values {shape_of(values)} must agree on "
-                         "every dimension but the last (one value per key)")
+        raise ValueError(
+            f"keys {shape_of(keys)} and values {shape_of(values)} must agree on "
+            "every dimension but the last (one value per key)"
+        )
     # weights: softmax over the keys; output: the weighted average of the values
     weights = softmax(scores)
     return weights @ values, weights

@@ -32,23 +32,25 @@ def _check_sinks(sinks, heads, owner, tensor):
     require_float("sinks", sinks, 1)
     require_same_dtype(owner, tensor, "sinks", sinks)
     if sinks.shape[0] != heads:
-        raise ValueError(f"sinks {shape_of(sinks)} must hold one logit per "
-                         f"head, (heads,) = ({heads},), for {owner} "
-                         f"{shape_of(tensor)}")
+        raise ValueError(
+            f"sinks {shape_of(sinks)} must hold one logit per "
+            f"head, (heads,) = ({heads},), for {owner} "
+            f"{shape_of(tensor)}"
+        )
 
 
 def _sink_softmax(scores, sinks):
     """sink_softmax of checked scores (..., H, L, S), sinks (H,), one dtype."""
     # w_ts = exp(z_ts - m) / (exp(omega_h - m) + sum_s' exp(z_ts' - m)), m the row's max
     if scores.shape[-1] == 0:
-        return scores.clone()           # no key: the sink takes every weight
-    sink = sinks.reshape(-1, 1, 1)                                # (H, 1, 1)
+        return scores.clone()  # no key: the sink takes every weight
+    sink = sinks.reshape(-1, 1, 1)  # (H, 1, 1)
     # the row's largest logit, the sink's included; the weights do not depend
     # on it, so no gradient flows through it
-    largest = scores.amax(-1, keepdim=True)                  # (..., H, L, 1)
+    largest = scores.amax(-1, keepdim=True)  # (..., H, L, 1)
     shift = torch.maximum(largest, sink).detach()
     shift = shift.masked_fill(torch.isneginf(shift), 0.0)  # all -inf: any
-    exp = (scores - shift).exp_()                 # (..., H, L, S); 0 at -inf
+    exp = (scores - shift).exp_()  # (..., H, L, S); 0 at -inf
     total = exp.sum(-1, keepdim=True) + (sink - shift).exp()  # >= 1, or 0
     return exp / total.clamp_min(torch.finfo(total.dtype).tiny)  # 0/0 -> 0
 
@@ -65,15 +67,13 @@ def sink_softmax(scores, sinks):
     """
     require_float("scores", scores)
     if scores.dim() < 3:
-        raise ValueError("scores must be (..., heads, L, S), got shape "
-                         f"{shape_of(scores)}")
+        raise ValueError(f"scores must be (..., heads, L, S), got shape {shape_of(scores)}")
     _check_sinks(sinks, scores.shape[-3], "scores", scores)
     wide = scores.float() if scores.dtype in HALF_PRECISION else scores
     return _sink_softmax(wide, sinks.to(wide.dtype)).to(scores.dtype)
 
 
-def sink_attention(query, key, value, sinks, attn_mask=None, is_causal=False,
-                   scale=None):
+def sink_attention(query, key, value, sinks, attn_mask=None, is_causal=False, scale=None):
     """Attention with gpt-oss's learned sinks:
     sink_softmax(Q K^T * scale + mask, sinks) V.
 
@@ -91,8 +91,9 @@ def sink_attention(query, key, value, sinks, attn_mask=None, is_causal=False,
     check_grouped(query, key, value, names=("query", "key", "value"))
     _check_sinks(sinks, query.shape[1], "query", query)
     scale = check_scale(scale, query)
-    check_attn_mask(attn_mask, is_causal, (query.shape[0], query.shape[1], query.shape[2],
-                                           key.shape[2]))
+    check_attn_mask(
+        attn_mask, is_causal, (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+    )
     dtype = query.dtype
     if dtype in HALF_PRECISION:
         query, key, value = query.float(), key.float(), value.float()
@@ -100,16 +101,16 @@ def sink_attention(query, key, value, sinks, attn_mask=None, is_causal=False,
     batch, heads, length, head_dim = query.shape
     kv_heads, n_keys = key.shape[1], key.shape[2]
     # query heads in groups of heads // kv_heads beside the KV head they read
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, length,
-                            head_dim)                     # (b, H_kv, g, L, d)
+    grouped = query.reshape(
+        batch, kv_heads, heads // kv_heads, length, head_dim
+    )  # (b, H_kv, g, L, d)
     scores = grouped @ key[:, :, None].transpose(-2, -1)  # (b, H_kv, g, L, S)
     scores = scores.mul_(scale).reshape(batch, heads, length, n_keys)
     allowed, bias = _kernels.allowed_and_bias(attn_mask, is_causal, scores)
     if bias is not None:
-        scores.add_(bias)                     # a -inf entry blocks its key
+        scores.add_(bias)  # a -inf entry blocks its key
     if allowed is not None:
         scores.masked_fill_(allowed.logical_not(), float("-inf"))
-    weights = _sink_softmax(scores, sinks)                     # (b, H, L, S)
+    weights = _sink_softmax(scores, sinks)  # (b, H, L, S)
     output = weights.reshape(grouped.shape[:-1] + (n_keys,)) @ value[:, :, None]
-    return (output.reshape(batch, heads, length, value.shape[-1]).to(dtype),
-            weights.to(dtype))
+    return (output.reshape(batch, heads, length, value.shape[-1]).to(dtype), weights.to(dtype))

@@ -33,19 +33,26 @@ from ._shapes import (
 from .latent import MultiHeadLatentAttention
 
 
-def _check_indexer_sizes(embed_dim, q_rank, num_heads, head_dim, rope_dim, base,
-                         rope_checked=False):
+def _check_indexer_sizes(
+    embed_dim, q_rank, num_heads, head_dim, rope_dim, base, rope_checked=False
+):
     """The indexer's sizes; `rope_checked`: rope_dim and base are MLA's, which its door
     checked (DeepSeekSparseAttention.from_deepseek)."""
-    for name, value in (("embed_dim", embed_dim), ("q_rank", q_rank),
-                        ("num_heads", num_heads), ("head_dim", head_dim)):
+    for name, value in (
+        ("embed_dim", embed_dim),
+        ("q_rank", q_rank),
+        ("num_heads", num_heads),
+        ("head_dim", head_dim),
+    ):
         require_int(name, value, 1)
     if not rope_checked:
         require_int("rope_dim", rope_dim, 2)
         require_number("base", base, 1, strict=True)
     if rope_dim % 2 or rope_dim > head_dim:
-        raise ValueError(f"rope_dim must be even (RoPE turns pairs) and at most "
-                         f"head_dim={head_dim}, got {rope_dim}")
+        raise ValueError(
+            f"rope_dim must be even (RoPE turns pairs) and at most "
+            f"head_dim={head_dim}, got {rope_dim}"
+        )
 
 
 class LightningIndexer(nn.Module):
@@ -92,21 +99,21 @@ class LightningIndexer(nn.Module):
         work = torch.float32 if x.dtype in HALF_PRECISION else x.dtype
         # q_tj: the j-th block of W_IQ c_t; k_s = LayerNorm(W_IK x_s), one for all heads
         queries = self.q_up(q_latent).view(batch, length, self.num_heads, self.head_dim)
-        queries = self._rope(queries.transpose(1, 2), positions)       # (b, H_I, L, d_I)
-        keys = self._rope(self.k_norm(self.k_proj(x)), positions)      # (b, L, d_I)
+        queries = self._rope(queries.transpose(1, 2), positions)  # (b, H_I, L, d_I)
+        keys = self._rope(self.k_norm(self.k_proj(x)), positions)  # (b, L, d_I)
         # ReLU(q_tj . k_s / sqrt(d_I))
         dots = queries.to(work) @ keys.to(work)[:, None].transpose(-2, -1)  # (b, H_I, L, L)
         votes = (dots * self.scale).relu_()
         # eta_tj = (W_w x_t)_j / sqrt(H_I); I_ts = sum_j eta_tj votes_jts
         weights = self.head_weights(x).to(work) / math.sqrt(self.num_heads)  # (b, L, H_I)
-        scores = torch.einsum("bth,bhts->bts", weights, votes)         # (b, L, L)
-        causal = _kernels.allowed_by_position(positions, positions)    # (L, L)
+        scores = torch.einsum("bth,bhts->bts", weights, votes)  # (b, L, L)
+        causal = _kernels.allowed_by_position(positions, positions)  # (L, L)
         return scores.masked_fill(~causal, -math.inf)
 
     def _rope(self, x, positions):
         """RoPE on the first rope_dim dimensions of x (..., L, d_I), the rest unchanged."""
-        turned = _kernels.rotate(x[..., :self.rope_dim], positions, self.base)
-        return torch.cat([turned, x[..., self.rope_dim:]], dim=-1)
+        turned = _kernels.rotate(x[..., : self.rope_dim], positions, self.base)
+        return torch.cat([turned, x[..., self.rope_dim :]], dim=-1)
 
     def _check(self, x, q_latent, positions):
         """x and q_latent in the weights' dtype, of one batch and length -> positions (L,)."""
@@ -114,9 +121,11 @@ class LightningIndexer(nn.Module):
         check_sequence("x", x, self.embed_dim, dtype)
         require_float("q_latent", q_latent, 3)
         if q_latent.shape != (*x.shape[:2], self.q_rank):
-            raise ValueError(f"x {shape_of(x)} and q_latent {shape_of(q_latent)} must be "
-                             f"(batch, L, embed_dim={self.embed_dim}) and (batch, L, "
-                             f"q_rank={self.q_rank})")
+            raise ValueError(
+                f"x {shape_of(x)} and q_latent {shape_of(q_latent)} must be "
+                f"(batch, L, embed_dim={self.embed_dim}) and (batch, L, "
+                f"q_rank={self.q_rank})"
+            )
         require_dtype_of("q_latent", q_latent, dtype, "the layer's weights")
         return check_positions(positions, x.shape[1], x.device)
 
@@ -128,8 +137,12 @@ class LightningIndexer(nn.Module):
         the weights do not show). The indexer's RoPE is half-split in transformers: no rows
         are reordered. The layer lives on the device and in the dtype of the weights.
         Chapter 17."""
-        require_instance("state_dict", state_dict, collections.abc.Mapping,
-                         "a mapping of DeepseekV32Indexer's weight names to tensors")
+        require_instance(
+            "state_dict",
+            state_dict,
+            collections.abc.Mapping,
+            "a mapping of DeepseekV32Indexer's weight names to tensors",
+        )
         return cls._from_deepseek(state_dict, rope_dim, base, rope_checked=False)
 
     @classmethod
@@ -140,23 +153,32 @@ class LightningIndexer(nn.Module):
         num_heads, embed_dim = weights["weights_proj.weight"].shape
         head_dim = weights["wk.weight"].shape[0]
         q_up = weights["wq_b.weight"]
-        if (q_up.shape[0] != num_heads * head_dim or weights["wk.weight"].shape[1] != embed_dim
-                or weights["k_norm.weight"].shape != (head_dim,)
-                or weights["k_norm.bias"].shape != (head_dim,)):
+        if (
+            q_up.shape[0] != num_heads * head_dim
+            or weights["wk.weight"].shape[1] != embed_dim
+            or weights["k_norm.weight"].shape != (head_dim,)
+            or weights["k_norm.bias"].shape != (head_dim,)
+        ):
             raise ValueError(
                 "state_dict's shapes do not fit one indexer: wq_b "
                 f"{shape_of(q_up)}, wk {shape_of(weights['wk.weight'])}, weights_proj "
                 f"{shape_of(weights['weights_proj.weight'])}, k_norm "
                 f"{shape_of(weights['k_norm.weight'])} must be (H_I * d_I, q_rank), "
-                "(d_I, embed_dim), (H_I, embed_dim), (d_I,)")
+                "(d_I, embed_dim), (H_I, embed_dim), (d_I,)"
+            )
         like = weights["wk.weight"]
         sizes = (embed_dim, q_up.shape[1], num_heads, head_dim, rope_dim, base)
         _check_indexer_sizes(*sizes, rope_checked=rope_checked)
         layer = cls._trusted(*sizes).to(like.device, like.dtype)
-        layer.load_state_dict({
-            "q_up.weight": q_up, "k_proj.weight": like,
-            "k_norm.weight": weights["k_norm.weight"], "k_norm.bias": weights["k_norm.bias"],
-            "head_weights.weight": weights["weights_proj.weight"]})
+        layer.load_state_dict(
+            {
+                "q_up.weight": q_up,
+                "k_proj.weight": like,
+                "k_norm.weight": weights["k_norm.weight"],
+                "k_norm.bias": weights["k_norm.bias"],
+                "head_weights.weight": weights["weights_proj.weight"],
+            }
+        )
         return layer
 
 
@@ -166,8 +188,10 @@ def top_k_mask(index_scores, k):
     has them all. Ties at the k-th place are broken as torch.topk breaks them. Chapter 17."""
     require_float("index_scores", index_scores)
     if index_scores.dim() < 2:
-        raise ValueError(f"index_scores {shape_of(index_scores)} must have at least 2 "
-                         "dimensions (..., L, S): one row of scores per query")
+        raise ValueError(
+            f"index_scores {shape_of(index_scores)} must have at least 2 "
+            "dimensions (..., L, S): one row of scores per query"
+        )
     require_int("k", k, 1)
     return _top_k(index_scores, k)
 
@@ -176,7 +200,7 @@ def _top_k(index_scores, k):
     """top_k_mask of checked arguments."""
     ranked = index_scores.masked_fill(index_scores.isnan(), -math.inf)
     kept = min(k, index_scores.shape[-1])
-    top = ranked.topk(kept, dim=-1).indices                        # (..., L, kept)
+    top = ranked.topk(kept, dim=-1).indices  # (..., L, kept)
     chosen = torch.zeros(index_scores.shape, dtype=torch.bool, device=index_scores.device)
     return chosen.scatter_(-1, top, True) & (ranked > -math.inf)
 
@@ -194,25 +218,42 @@ class DeepSeekSparseAttention(nn.Module):
     transformers' DeepseekV32Attention with the same weights (`from_deepseek`). Chapter 17.
     """
 
-    def __init__(self, embed_dim, num_heads, kv_rank, q_rank, top_k, index_heads,
-                 index_head_dim, head_dim=None, rope_dim=None, value_dim=None, base=10000.0,
-                 norm_eps=1e-6):
+    def __init__(
+        self,
+        embed_dim,
+        num_heads,
+        kv_rank,
+        q_rank,
+        top_k,
+        index_heads,
+        index_head_dim,
+        head_dim=None,
+        rope_dim=None,
+        value_dim=None,
+        base=10000.0,
+        norm_eps=1e-6,
+    ):
         super().__init__()
-        if q_rank is None:                         # MLA's door checks its value
-            raise TypeError("q_rank must be an integer, got None: the indexer reads the query "
-                            "latent")
+        if q_rank is None:  # MLA's door checks its value
+            raise TypeError(
+                "q_rank must be an integer, got None: the indexer reads the query latent"
+            )
         require_int("top_k", top_k, 1)
         require_int("index_heads", index_heads, 1)
         require_int("index_head_dim", index_head_dim, 1)
-        self.attention = MultiHeadLatentAttention(embed_dim, num_heads, kv_rank, q_rank,
-                                                  head_dim, rope_dim, value_dim, base, norm_eps)
+        self.attention = MultiHeadLatentAttention(
+            embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim, base, norm_eps
+        )
         rope_dim = self.attention.rope_dim
         if index_head_dim < rope_dim:
-            raise ValueError(f"index_head_dim={index_head_dim} must be at least rope_dim="
-                             f"{rope_dim}: the indexer turns rope_dim of its dimensions")
+            raise ValueError(
+                f"index_head_dim={index_head_dim} must be at least rope_dim="
+                f"{rope_dim}: the indexer turns rope_dim of its dimensions"
+            )
         # embed_dim, q_rank, rope_dim and base: checked by MLA's door above
-        self.indexer = LightningIndexer._trusted(embed_dim, q_rank, index_heads,
-                                                 index_head_dim, rope_dim, base)
+        self.indexer = LightningIndexer._trusted(
+            embed_dim, q_rank, index_heads, index_head_dim, rope_dim, base
+        )
         self.top_k = top_k
 
     def index_scores(self, x):
@@ -223,66 +264,83 @@ class DeepSeekSparseAttention(nn.Module):
 
     def _index_scores(self, x, positions):
         mla = self.attention
-        q_latent = mla.q_norm(mla.q_down(x))                           # c_t: (b, L, d_c')
-        return self.indexer._scores(x, q_latent, positions)            # (b, L, L)
+        q_latent = mla.q_norm(mla.q_down(x))  # c_t: (b, L, d_c')
+        return self.indexer._scores(x, q_latent, positions)  # (b, L, L)
 
     def forward(self, x, absorb=False):
         """The forward pass of the class docstring. Chapter 17."""
         check_sequence("x", x, self.attention.embed_dim, self.attention.kv_down.weight.dtype)
         positions = torch.arange(x.shape[1], device=x.device)
         # each query keeps the top_k keys the indexer scores highest
-        selected = _top_k(self._index_scores(x, positions), self.top_k)    # (b, L, L)
+        selected = _top_k(self._index_scores(x, positions), self.top_k)  # (b, L, L)
         # MLA, causal AND selected, one selection for every head (x checked above)
         output, weights = self.attention._attend(x, positions, None, absorb, selected[:, None])
         return output, weights, selected
 
     @classmethod
-    def from_deepseek(cls, state_dict, num_heads, top_k, *, interleaved=True, base=10000.0,
-                      norm_eps=1e-6):
+    def from_deepseek(
+        cls, state_dict, num_heads, top_k, *, interleaved=True, base=10000.0, norm_eps=1e-6
+    ):
         """A layer holding the weights of transformers' DeepseekV32Attention, given as its
         state dict: MLA's weights as for MultiHeadLatentAttention.from_deepseek (`interleaved`
         reorders MLA's RoPE rows; DeepSeek's checkpoints and DeepseekV32Attention interleave),
         the indexer's under "indexer." (LightningIndexer.from_deepseek). top_k is the config's
         index_topk. RoPE is plain (no YaRN). The layer lives on the device and in the dtype of
         the weights. Chapter 17."""
-        require_instance("state_dict", state_dict, collections.abc.Mapping,
-                         "a mapping of DeepseekV32Attention's weight names to tensors")
+        require_instance(
+            "state_dict",
+            state_dict,
+            collections.abc.Mapping,
+            "a mapping of DeepseekV32Attention's weight names to tensors",
+        )
         require_int("top_k", top_k, 1)
         prefix = "indexer."
-        mla_part = {name: tensor for name, tensor in state_dict.items()
-                    if not str(name).startswith(prefix)}
-        index_part = {name[len(prefix):]: tensor for name, tensor in state_dict.items()
-                      if str(name).startswith(prefix)}
+        mla_part = {
+            name: tensor for name, tensor in state_dict.items() if not str(name).startswith(prefix)
+        }
+        index_part = {
+            name[len(prefix) :]: tensor
+            for name, tensor in state_dict.items()
+            if str(name).startswith(prefix)
+        }
         if "q_a_proj.weight" not in mla_part:
-            raise ValueError("state_dict lacks q_a_proj.weight: DeepSeek Sparse Attention "
-                             "needs MLA's query latent (q_lora_rank), which its indexer reads")
+            raise ValueError(
+                "state_dict lacks q_a_proj.weight: DeepSeek Sparse Attention "
+                "needs MLA's query latent (q_lora_rank), which its indexer reads"
+            )
         # num_heads, interleaved, base and norm_eps: checked by MLA's door
         attention = MultiHeadLatentAttention.from_deepseek(
-            mla_part, num_heads, interleaved=interleaved, base=base, norm_eps=norm_eps)
+            mla_part, num_heads, interleaved=interleaved, base=base, norm_eps=norm_eps
+        )
         missing = [prefix + name for name in _INDEXER_NAMES if name not in index_part]
         if missing:
-            raise ValueError(f"state_dict lacks {missing}: give the state dict of one "
-                             "DeepseekV32Attention layer, its indexer's weights included")
-        indexer = LightningIndexer._from_deepseek(index_part, attention.rope_dim, base,
-                                                  rope_checked=True)
+            raise ValueError(
+                f"state_dict lacks {missing}: give the state dict of one "
+                "DeepseekV32Attention layer, its indexer's weights included"
+            )
+        indexer = LightningIndexer._from_deepseek(
+            index_part, attention.rope_dim, base, rope_checked=True
+        )
         theirs, ours = indexer.k_proj.weight, attention.kv_down.weight
         if (theirs.dtype, theirs.device) != (ours.dtype, ours.device):
-            raise ValueError(f"state_dict's indexer weights are {theirs.dtype} on {theirs.device}"
-                             f", its attention weights {ours.dtype} on {ours.device}: convert "
-                             "them to one dtype and device")
+            raise ValueError(
+                f"state_dict's indexer weights are {theirs.dtype} on {theirs.device}"
+                f", its attention weights {ours.dtype} on {ours.device}: convert "
+                "them to one dtype and device"
+            )
         if (indexer.embed_dim, indexer.q_rank) != (attention.embed_dim, attention.q_rank):
             raise ValueError(
                 f"state_dict's indexer reads embed_dim={indexer.embed_dim} and q_rank="
                 f"{indexer.q_rank}, its attention has embed_dim={attention.embed_dim} and "
-                f"q_rank={attention.q_rank}: give the weights of one layer")
-        layer = cls.__new__(cls)                      # both parts made and checked above
+                f"q_rank={attention.q_rank}: give the weights of one layer"
+            )
+        layer = cls.__new__(cls)  # both parts made and checked above
         nn.Module.__init__(layer)
         layer.attention, layer.indexer, layer.top_k = attention, indexer, top_k
         return layer
 
 
-_INDEXER_NAMES = ("wq_b.weight", "wk.weight", "k_norm.weight", "k_norm.bias",
-                  "weights_proj.weight")
+_INDEXER_NAMES = ("wq_b.weight", "wk.weight", "k_norm.weight", "k_norm.bias", "weights_proj.weight")
 
 
 def _indexer_weights(state_dict):
@@ -291,17 +349,20 @@ def _indexer_weights(state_dict):
     otherwise) of one dtype."""
     missing = [name for name in _INDEXER_NAMES if name not in state_dict]
     if missing:
-        raise ValueError(f"state_dict lacks {missing}: give the state dict of one "
-                         "DeepseekV32Indexer (its own names, without a prefix)")
+        raise ValueError(
+            f"state_dict lacks {missing}: give the state dict of one "
+            "DeepseekV32Indexer (its own names, without a prefix)"
+        )
     extra = sorted(str(name) for name in state_dict if name not in _INDEXER_NAMES)
     if extra:
-        raise ValueError(f"state_dict holds {extra}, which one DeepseekV32Indexer does not "
-                         "have")
+        raise ValueError(f"state_dict holds {extra}, which one DeepseekV32Indexer does not have")
     weights = {name: state_dict[name] for name in _INDEXER_NAMES}
     for name, tensor in weights.items():
         require_float(f"state_dict[{name!r}]", tensor, 1 if "norm" in name else 2)
     if len({tensor.dtype for tensor in weights.values()}) > 1:
-        raise ValueError(f"state_dict holds several dtypes "
-                         f"{sorted({str(t.dtype) for t in weights.values()})}: convert its "
-                         "tensors to one")
+        raise ValueError(
+            f"state_dict holds several dtypes "
+            f"{sorted({str(t.dtype) for t in weights.values()})}: convert its "
+            "tensors to one"
+        )
     return weights

@@ -11,14 +11,15 @@ from attention_course.checks import CheckFailed
 
 def naive_nw(queries, keys, values, bandwidth):
     """exp() then divide: right in the middle of the data, 0/0 = NaN far from it."""
-    kernel = torch.exp(-((queries[:, None] - keys[None, :]) / bandwidth) ** 2 / 2)
+    kernel = torch.exp(-(((queries[:, None] - keys[None, :]) / bandwidth) ** 2) / 2)
     return (kernel @ values) / kernel.sum(dim=1)
 
 
 def test_correct_answers_pass(capsys):
     checks.check_nadaraya_watson(learner_nw)
     checks.check_kernel_weights(
-        lambda q, k, h: torch.softmax(-((q[:, None] - k) / h) ** 2 / 2, 1), "gaussian")
+        lambda q, k, h: torch.softmax(-(((q[:, None] - k) / h) ** 2) / 2, 1), "gaussian"
+    )
 
     def epanechnikov(q, k, h):
         kernel = (1 - ((q[:, None] - k[None, :]) / h) ** 2).clamp(min=0)
@@ -30,7 +31,9 @@ def test_correct_answers_pass(capsys):
         errors = []
         for i in range(len(keys)):
             keep = torch.arange(len(keys)) != i
-            errors.append((learner_nw(keys[i:i + 1], keys[keep], values[keep], h) - values[i]) ** 2)
+            errors.append(
+                (learner_nw(keys[i : i + 1], keys[keep], values[keep], h) - values[i]) ** 2
+            )
         return torch.cat(errors).mean().item()
 
     checks.check_leave_one_out(loo)
@@ -85,8 +88,7 @@ def test_other_seeds_give_other_cases_that_correct_answers_pass(seed, capsys):
 
 def test_a_hard_coded_answer_fails_the_other_seeds():
     public_cases = checks.ch01_attention_pooling.regression_cases(0)
-    answers = {tuple(q.tolist()): nadaraya_watson(q, k, v, h)[0]
-               for _, q, k, v, h in public_cases}
+    answers = {tuple(q.tolist()): nadaraya_watson(q, k, v, h)[0] for _, q, k, v, h in public_cases}
 
     def memorised(q, k, v, h):
         return answers[tuple(q.tolist())]
@@ -97,7 +99,7 @@ def test_a_hard_coded_answer_fails_the_other_seeds():
 
 def test_unnormalised_regression_weights_get_a_hint():
     def unnormalised(queries, keys, values, bandwidth):
-        return torch.exp(-((queries[:, None] - keys[None]) / bandwidth) ** 2 / 2) @ values
+        return torch.exp(-(((queries[:, None] - keys[None]) / bandwidth) ** 2) / 2) @ values
 
     with pytest.raises(CheckFailed, match="do each query's weights sum to 1"):
         checks.check_nadaraya_watson(unnormalised)

@@ -57,14 +57,14 @@ def test_chapter_3_checks_pass_independent_answers(seed, capsys):
 def test_temperature_check_names_the_usual_slips():
     with pytest.raises(CheckFailed, match="k_eff is e to the entropy"):
         checks.check_temperature_for(
-            lambda s, k: temperature_by_log_bisection(s, k, entropy_only=True))
+            lambda s, k: temperature_by_log_bisection(s, k, entropy_only=True)
+        )
     with pytest.raises(CheckFailed, match="entropy in bits"):
-        checks.check_temperature_for(
-            lambda s, k: temperature_by_log_bisection(s, k, in_bits=True))
+        checks.check_temperature_for(lambda s, k: temperature_by_log_bisection(s, k, in_bits=True))
     with pytest.raises(CheckFailed, match="expected a positive number"):
         checks.check_temperature_for(lambda s, k: -1.0)
     with pytest.raises(CheckFailed, match="k_eff is"):
-        checks.check_temperature_for(lambda s, k: 1.0)        # a fixed guess
+        checks.check_temperature_for(lambda s, k: 1.0)  # a fixed guess
 
 
 def test_top_k_check_names_the_usual_slips():
@@ -75,11 +75,13 @@ def test_top_k_check_names_the_usual_slips():
         kept = s >= s.topk(k, dim=-1).values[..., -1:]
         e = torch.exp(s) * kept
         return e / e.sum(-1, keepdim=True)
+
     with pytest.raises(CheckFailed, match="overflows"):
         checks.check_top_k_attention(exp_by_hand)
 
     def not_renormalised(s, k):
         kept = s >= s.topk(k, dim=-1).values[..., -1:]
         return torch.softmax(s, -1) * kept
+
     with pytest.raises(CheckFailed, match="renormalise"):
         checks.check_top_k_attention(not_renormalised)

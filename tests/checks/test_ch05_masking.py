@@ -21,23 +21,45 @@ def test_chapter_5_checks_accept_independent_answers(capsys):
 
     checks.check_masked_softmax(loop_masked_softmax)
     checks.check_causal_mask(
-        lambda n_q, n_k: torch.tensor([[j <= i for j in range(n_k)] for i in range(n_q)]))
+        lambda n_q, n_k: torch.tensor([[j <= i for j in range(n_k)] for i in range(n_q)])
+    )
     assert capsys.readouterr().out.count("Correct") == 2
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: checks.check_masked_softmax(lambda s, v: torch.softmax(s.masked_fill(
-        torch.arange(s.shape[-1]) >= (v[:, None, None] if v.dim() == 1 else v[:, :, None]),
-        float("-inf")), -1)),
-     r"a sequence of length 0.*holds nan.*no valid key"),
-    (lambda: checks.check_causal_mask(
-        lambda n_q, n_k: ~torch.ones(n_q, n_k, dtype=torch.bool).tril()), r"inverted"),
-    (lambda: checks.check_causal_mask(
-        lambda n_q, n_k: torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q)),
-     r"2 queries, 5 keys.*query 0 may not attend to key 1"),
-    (lambda: checks.check_causal_mask(lambda n_q, n_k: torch.ones(n_q, n_k).tril()),
-     r"dtype torch.float32"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: checks.check_masked_softmax(
+                lambda s, v: torch.softmax(
+                    s.masked_fill(
+                        torch.arange(s.shape[-1])
+                        >= (v[:, None, None] if v.dim() == 1 else v[:, :, None]),
+                        float("-inf"),
+                    ),
+                    -1,
+                )
+            ),
+            r"a sequence of length 0.*holds nan.*no valid key",
+        ),
+        (
+            lambda: checks.check_causal_mask(
+                lambda n_q, n_k: ~torch.ones(n_q, n_k, dtype=torch.bool).tril()
+            ),
+            r"inverted",
+        ),
+        (
+            lambda: checks.check_causal_mask(
+                lambda n_q, n_k: torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q)
+            ),
+            r"2 queries, 5 keys.*query 0 may not attend to key 1",
+        ),
+        (
+            lambda: checks.check_causal_mask(lambda n_q, n_k: torch.ones(n_q, n_k).tril()),
+            r"dtype torch.float32",
+        ),
+    ],
+)
 def test_chapter_5_checks_explain_wrong_answers(call, message):
     with pytest.raises(CheckFailed, match=message):
         call()
@@ -45,6 +67,7 @@ def test_chapter_5_checks_explain_wrong_answers(call, message):
 
 @pytest.mark.parametrize("seed", HIDDEN_SEEDS)
 def test_other_seeds_give_other_cases_that_correct_answers_pass(seed, capsys):
-    checks.check_causal_mask(lambda n_q, n_k: torch.ones(n_q, n_k, dtype=torch.bool).tril(),
-                             seed=seed)
+    checks.check_causal_mask(
+        lambda n_q, n_k: torch.ones(n_q, n_k, dtype=torch.bool).tril(), seed=seed
+    )
     assert capsys.readouterr().out.count("Correct") == 1

@@ -30,13 +30,21 @@ def test_chapter_7_checks_accept_independent_answers(capsys):
     assert capsys.readouterr().out.count("Correct") == 2
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: checks.check_self_attention(
-        lambda x, q, k, v: torch.softmax((x @ q) @ (x @ k).T, -1) @ (x @ v)),
-     r"your output at index"),
-    (lambda: checks.check_positional_encoding(lambda n, d: torch.zeros(n, d)),
-     r"your encoding at index"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: checks.check_self_attention(
+                lambda x, q, k, v: torch.softmax((x @ q) @ (x @ k).T, -1) @ (x @ v)
+            ),
+            r"your output at index",
+        ),
+        (
+            lambda: checks.check_positional_encoding(lambda n, d: torch.zeros(n, d)),
+            r"your encoding at index",
+        ),
+    ],
+)
 def test_chapter_7_checks_explain_wrong_answers(call, message):
     with pytest.raises(CheckFailed, match=message):
         call()

@@ -16,12 +16,21 @@ def test_chapter_9_checks_accept_independent_answers(capsys):
     assert capsys.readouterr().out.count("Correct") == 2
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: checks.check_kv_cache_bytes(
-        lambda b, s, n_l, n_kv, d, size: b * s * n_l * n_kv * d * size), r"keys AND values"),
-    (lambda: checks.check_repeat_kv(lambda kv, g: kv.repeat(1, g, 1, 1)),
-     r"torch.repeat_interleave"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: checks.check_kv_cache_bytes(
+                lambda b, s, n_l, n_kv, d, size: b * s * n_l * n_kv * d * size
+            ),
+            r"keys AND values",
+        ),
+        (
+            lambda: checks.check_repeat_kv(lambda kv, g: kv.repeat(1, g, 1, 1)),
+            r"torch.repeat_interleave",
+        ),
+    ],
+)
 def test_chapter_9_checks_explain_wrong_answers(call, message):
     with pytest.raises(CheckFailed, match=message):
         call()

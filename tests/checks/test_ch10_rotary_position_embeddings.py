@@ -59,8 +59,13 @@ def rotate_with_exponents_missing_the_two(x, positions, base=10000.0):
     theta = base ** (-torch.arange(half, dtype=torch.float64) / x.shape[-1])
     angles = positions.double()[:, None] * theta
     first, second = x.double().chunk(2, dim=-1)
-    return torch.cat([first * angles.cos() - second * angles.sin(),
-                      first * angles.sin() + second * angles.cos()], dim=-1)
+    return torch.cat(
+        [
+            first * angles.cos() - second * angles.sin(),
+            first * angles.sin() + second * angles.cos(),
+        ],
+        dim=-1,
+    )
 
 
 INDEPENDENT_ANSWERS = [
@@ -71,8 +76,9 @@ INDEPENDENT_ANSWERS = [
 
 
 @pytest.mark.parametrize("seed", (0, *HIDDEN_SEEDS))
-@pytest.mark.parametrize("check, answer", INDEPENDENT_ANSWERS,
-                         ids=[name for name, _ in INDEPENDENT_ANSWERS])
+@pytest.mark.parametrize(
+    "check, answer", INDEPENDENT_ANSWERS, ids=[name for name, _ in INDEPENDENT_ANSWERS]
+)
 def test_checks_pass_independent_answers(check, answer, seed, capsys):
     getattr(checks, check)(answer, seed=seed)
     assert capsys.readouterr().out.startswith("Correct")
@@ -88,12 +94,11 @@ def test_rotary_checks_explain_the_usual_mistakes():
     with pytest.raises(CheckFailed, match="calls `apply_rotary`"):
         checks.check_rotary(apply_rotary)
     with pytest.raises(CheckFailed, match="rotated the values too"):
-        checks.check_rotary_attention(
-            lambda *a: rotary_attention_by_loops(*a, rotate_values=True))
+        checks.check_rotary_attention(lambda *a: rotary_attention_by_loops(*a, rotate_values=True))
     with pytest.raises(CheckFailed, match="attention output at index"):
         checks.check_rotary_attention(
-            lambda x, w_q, w_k, w_v: rotary_attention_by_loops(
-                x, w_q, w_k, w_v).flip(0))
+            lambda x, w_q, w_k, w_v: rotary_attention_by_loops(x, w_q, w_k, w_v).flip(0)
+        )
 
 
 def test_rotary_check_names_frequencies_missing_the_two():
@@ -101,26 +106,34 @@ def test_rotary_check_names_frequencies_missing_the_two():
         checks.check_rotary(rotate_with_exponents_missing_the_two)
 
 
-@pytest.mark.parametrize("slip, message", [
-    ("swapped", "divided the fast pairs"),
-    ("reversed blend", "two weights are swapped"),
-    ("no blend", "are blended, not"),
-    ("no 2 pi", "one turn is 2 pi radians"),
-    ("multiplied", "do not multiply"),
-])
+@pytest.mark.parametrize(
+    "slip, message",
+    [
+        ("swapped", "divided the fast pairs"),
+        ("reversed blend", "two weights are swapped"),
+        ("no blend", "are blended, not"),
+        ("no 2 pi", "one turn is 2 pi radians"),
+        ("multiplied", "do not multiply"),
+    ],
+)
 def test_llama3_check_names_the_usual_slips(slip, message):
     with pytest.raises(CheckFailed, match=message):
-        checks.check_llama3_frequencies(
-            lambda *a: llama3_by_wavelengths(*a, slip=slip))
+        checks.check_llama3_frequencies(lambda *a: llama3_by_wavelengths(*a, slip=slip))
 
 
 def test_llama3_check_refuses_the_package_s_answer():
     def via_the_package(theta, factor, low, high, context):
-        scaling = {"rope_type": "llama3", "factor": factor,
-                   "low_freq_factor": low, "high_freq_factor": high,
-                   "original_max_position_embeddings": context}
+        scaling = {
+            "rope_type": "llama3",
+            "factor": factor,
+            "low_freq_factor": low,
+            "high_freq_factor": high,
+            "original_max_position_embeddings": context,
+        }
         return attention_course.rotary_frequencies(
-            2 * len(theta), 500000.0, scaling=scaling, dtype=theta.dtype)
+            2 * len(theta), 500000.0, scaling=scaling, dtype=theta.dtype
+        )
+
     with pytest.raises(CheckFailed, match="calls `rotary_frequencies`"):
         checks.check_llama3_frequencies(via_the_package)
 
@@ -128,10 +141,12 @@ def test_llama3_check_refuses_the_package_s_answer():
 def test_rotary_attention_check_names_the_wrong_scale():
     # scaling W_q by c multiplies every score by c
     unscaled = lambda x, w_q, w_k, w_v: rotary_attention_by_loops(
-        x, w_q * w_q.shape[1] ** 0.5, w_k, w_v)
+        x, w_q * w_q.shape[1] ** 0.5, w_k, w_v
+    )
     with pytest.raises(CheckFailed, match="not scaled"):
         checks.check_rotary_attention(unscaled)
     by_model_width = lambda x, w_q, w_k, w_v: rotary_attention_by_loops(
-        x, w_q * (w_q.shape[1] / w_q.shape[0]) ** 0.5, w_k, w_v)
+        x, w_q * (w_q.shape[1] / w_q.shape[0]) ** 0.5, w_k, w_v
+    )
     with pytest.raises(CheckFailed, match="sqrt\\(d_model\\)"):
         checks.check_rotary_attention(by_model_width)

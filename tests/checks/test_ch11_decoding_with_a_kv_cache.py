@@ -12,7 +12,7 @@ from helpers.rotary_reference import rotation_matrix
 
 
 def window_mask_by_comparison(queries, keys, window):
-    offsets = queries[:, None] - keys[None, :]              # t - s, (L, S)
+    offsets = queries[:, None] - keys[None, :]  # t - s, (L, S)
     return (offsets >= 0) & (offsets < window)
 
 
@@ -21,9 +21,9 @@ def append_by_cat(held, new, window):
     return everything, everything if window is None else everything[:, :, -window:]
 
 
-def generate_with_own_lists(model, ids, max_new_tokens, chunk=None,
-                            restart=False, mask="bottom-right",
-                            refeed=False):
+def generate_with_own_lists(
+    model, ids, max_new_tokens, chunk=None, restart=False, mask="bottom-right", refeed=False
+):
     """Cached greedy decoding written without the package's cache, RoPE or
     attention: per layer, lists of keys and values rotated by explicit
     matrices, a mask from a comparison of positions, a softmax by hand. The
@@ -31,18 +31,17 @@ def generate_with_own_lists(model, ids, max_new_tokens, chunk=None,
     keys, values = [[] for _ in model.blocks], [[] for _ in model.blocks]
     seen = [0]
 
-    def heads(projection, h, count):          # (batch, L, n d) -> (b, n, L, d)
+    def heads(projection, h, count):  # (batch, L, n d) -> (b, n, L, d)
         batch, length, _ = h.shape
         return projection(h).reshape(batch, length, count, -1).transpose(1, 2)
 
     def attend(block, layer_keys, layer_values, h, where):
         attention = block.attention
-        turn = torch.stack([rotation_matrix(int(p), attention.head_dim)
-                            for p in where])                 # (L, d, d)
-        q = torch.einsum("lij,bhlj->bhli", turn,
-                         heads(attention.q_proj, h, attention.num_heads))
-        k = torch.einsum("lij,bhlj->bhli", turn,
-                         heads(attention.k_proj, h, attention.num_kv_heads))
+        turn = torch.stack(
+            [rotation_matrix(int(p), attention.head_dim) for p in where]
+        )  # (L, d, d)
+        q = torch.einsum("lij,bhlj->bhli", turn, heads(attention.q_proj, h, attention.num_heads))
+        k = torch.einsum("lij,bhlj->bhli", turn, heads(attention.k_proj, h, attention.num_kv_heads))
         v = heads(attention.v_proj, h, attention.num_kv_heads)
         layer_keys.append(k)
         layer_values.append(v)
@@ -50,34 +49,30 @@ def generate_with_own_lists(model, ids, max_new_tokens, chunk=None,
         all_keys = torch.cat(layer_keys, 2).repeat_interleave(group, 1)
         all_values = torch.cat(layer_values, 2).repeat_interleave(group, 1)
         n_new, n_all = len(where), all_keys.shape[2]
-        if mask == "bottom-right":      # key s <= the query's place n_all - L + i
-            allowed = (torch.arange(n_all)[None, :]
-                       <= torch.arange(n_all - n_new, n_all)[:, None])
-        else:                           # "top-left" on chunks, none for one
+        if mask == "bottom-right":  # key s <= the query's place n_all - L + i
+            allowed = torch.arange(n_all)[None, :] <= torch.arange(n_all - n_new, n_all)[:, None]
+        else:  # "top-left" on chunks, none for one
             allowed = torch.ones(n_new, n_all, dtype=torch.bool)
             if n_new > 1:
                 allowed = allowed.tril()
-        scores = q @ all_keys.transpose(-2, -1) / attention.head_dim ** 0.5
+        scores = q @ all_keys.transpose(-2, -1) / attention.head_dim**0.5
         weights = torch.softmax(scores.masked_fill(~allowed, -torch.inf), -1)
-        return attention.out_proj(
-            (weights @ all_values).transpose(1, 2).flatten(2))
+        return attention.out_proj((weights @ all_values).transpose(1, 2).flatten(2))
 
-    def read(new):                                   # (batch, L) -> logits
+    def read(new):  # (batch, L) -> logits
         start = 0 if restart else seen[0]
         where = range(start, start + new.shape[1])
         seen[0] += new.shape[1]
         x = model.embed(new)
         for block, layer_keys, layer_values in zip(model.blocks, keys, values):
-            x = x + attend(block, layer_keys, layer_values,
-                           block.attention_norm(x), where)
+            x = x + attend(block, layer_keys, layer_values, block.attention_norm(x), where)
             h = block.mlp_norm(x)
-            x = x + block.down_proj(torch.nn.functional.silu(
-                block.gate_proj(h)) * block.up_proj(h))
+            x = x + block.down_proj(torch.nn.functional.silu(block.gate_proj(h)) * block.up_proj(h))
         return model.lm_head(model.norm(x))[:, -1]
 
     step = chunk or ids.shape[1]
     for start in range(0, ids.shape[1], step):
-        logits = read(ids[:, start:start + step])
+        logits = read(ids[:, start : start + step])
     tokens = ids
     for _ in range(max_new_tokens):
         if refeed:
@@ -88,8 +83,7 @@ def generate_with_own_lists(model, ids, max_new_tokens, chunk=None,
     return tokens
 
 
-def generate_with_kv_cache(model, ids, max_new_tokens, chunk=None,
-                           twice=False):
+def generate_with_kv_cache(model, ids, max_new_tokens, chunk=None, twice=False):
     """As a learner would write it: KVCache, apply_rotary and PyTorch's SDPA
     with a bottom-right mask; with twice=True every update is done twice."""
     caches = [KVCache() for _ in model.blocks]
@@ -106,7 +100,8 @@ def generate_with_kv_cache(model, ids, max_new_tokens, chunk=None,
         n_new, n_all = len(positions), all_keys.shape[2]
         mask = torch.ones(n_new, n_all, dtype=torch.bool).tril(n_all - n_new)
         out = torch.nn.functional.scaled_dot_product_attention(
-            q, all_keys, all_values, attn_mask=mask, enable_gqa=True)
+            q, all_keys, all_values, attn_mask=mask, enable_gqa=True
+        )
         return attention.out_proj(out.transpose(1, 2).flatten(2))
 
     def read(new):
@@ -115,13 +110,12 @@ def generate_with_kv_cache(model, ids, max_new_tokens, chunk=None,
         for block, cache in zip(model.blocks, caches):
             x = x + attend(block, block.attention_norm(x), positions, cache)
             h = block.mlp_norm(x)
-            x = x + block.down_proj(torch.nn.functional.silu(
-                block.gate_proj(h)) * block.up_proj(h))
+            x = x + block.down_proj(torch.nn.functional.silu(block.gate_proj(h)) * block.up_proj(h))
         return model.lm_head(model.norm(x[:, -1]))
 
     step = chunk or ids.shape[1]
     for start in range(0, ids.shape[1], step):
-        logits = read(ids[:, start:start + step])
+        logits = read(ids[:, start : start + step])
     for number in range(max_new_tokens):
         ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], 1)
         if number < max_new_tokens - 1:
@@ -138,8 +132,9 @@ INDEPENDENT_ANSWERS = [
 
 
 @pytest.mark.parametrize("seed", (0, *HIDDEN_SEEDS))
-@pytest.mark.parametrize("check, answer", INDEPENDENT_ANSWERS,
-                         ids=[name for name, _ in INDEPENDENT_ANSWERS])
+@pytest.mark.parametrize(
+    "check, answer", INDEPENDENT_ANSWERS, ids=[name for name, _ in INDEPENDENT_ANSWERS]
+)
 def test_checks_pass_independent_answers(check, answer, seed, capsys):
     getattr(checks, check)(answer, seed=seed)
     assert capsys.readouterr().out.startswith("Correct")
@@ -147,19 +142,19 @@ def test_checks_pass_independent_answers(check, answer, seed, capsys):
 
 def test_decoding_checks_explain_the_usual_mistakes():
     with pytest.raises(CheckFailed, match="inverted"):
-        checks.check_sliding_window_mask(
-            lambda q, k, w: ~window_mask_by_comparison(q, k, w))
+        checks.check_sliding_window_mask(lambda q, k, w: ~window_mask_by_comparison(q, k, w))
     with pytest.raises(CheckFailed, match="window \\+ 1 keys"):
-        checks.check_sliding_window_mask(
-            lambda q, k, w: window_mask_by_comparison(q, k, w + 1))
+        checks.check_sliding_window_mask(lambda q, k, w: window_mask_by_comparison(q, k, w + 1))
     with pytest.raises(CheckFailed, match="aligned top-left"):
         checks.check_sliding_window_mask(
-            lambda q, k, w: torch.ones(len(q), len(k), dtype=torch.bool).tril())
+            lambda q, k, w: torch.ones(len(q), len(k), dtype=torch.bool).tril()
+        )
     with pytest.raises(CheckFailed, match="calls `decoding_mask`"):
         checks.check_sliding_window_mask(attention_course.decoding_mask)
     with pytest.raises(CheckFailed, match="kept the first window tokens"):
-        checks.check_cache_append(lambda h, n, w: (
-            torch.cat([h, n], 2), torch.cat([h, n], 2)[:, :, :w]))
+        checks.check_cache_append(
+            lambda h, n, w: (torch.cat([h, n], 2), torch.cat([h, n], 2)[:, :, :w])
+        )
     with pytest.raises(CheckFailed, match="attend_to holds only the last"):
         checks.check_cache_append(lambda h, n, w: (append_by_cat(h, n, w)[1],) * 2)
     with pytest.raises(CheckFailed, match="return two tensors"):
@@ -168,8 +163,7 @@ def test_decoding_checks_explain_the_usual_mistakes():
 
 def test_generation_check_explains_the_usual_mistakes():
     def wrong(**slip):
-        return lambda m, i, n, chunk=None: generate_with_own_lists(
-            m, i, n, chunk, **slip)
+        return lambda m, i, n, chunk=None: generate_with_own_lists(m, i, n, chunk, **slip)
 
     with pytest.raises(CheckFailed, match="positions restart at 0"):
         checks.check_generate_cached(wrong(restart=True))
@@ -177,18 +171,17 @@ def test_generation_check_explains_the_usual_mistakes():
         checks.check_generate_cached(wrong(mask="top-left"))
     with pytest.raises(CheckFailed, match="received 26 tokens for a text of 14"):
         checks.check_generate_cached(
-            lambda m, i, n, chunk=None: generate_with_kv_cache(
-                m, i, n, chunk, twice=True))
+            lambda m, i, n, chunk=None: generate_with_kv_cache(m, i, n, chunk, twice=True)
+        )
     with pytest.raises(CheckFailed, match="last token is read again"):
         checks.check_generate_cached(wrong(refeed=True))
 
     def without_cache(model, ids, max_new_tokens, chunk=None):
-        for _ in range(max_new_tokens):            # the whole text every step
+        for _ in range(max_new_tokens):  # the whole text every step
             ids = generate_with_own_lists(model, ids, 1)
         return ids
 
-    with pytest.raises(CheckFailed, match="reads 84 token positions for a "
-                                          "text of 14"):
+    with pytest.raises(CheckFailed, match="reads 84 token positions for a text of 14"):
         checks.check_generate_cached(without_cache)
 
     def unchunked(model, ids, max_new_tokens, chunk=None):
@@ -197,12 +190,10 @@ def test_generation_check_explains_the_usual_mistakes():
     with pytest.raises(CheckFailed, match="chunks of at most chunk=4"):
         checks.check_generate_cached(unchunked)
     with pytest.raises(CheckFailed, match="calls `model.generate`"):
-        checks.check_generate_cached(
-            lambda m, i, n, chunk=None: m.generate(i, n, use_cache=False))
+        checks.check_generate_cached(lambda m, i, n, chunk=None: m.generate(i, n, use_cache=False))
     with pytest.raises(CheckFailed, match="calls `block\\(...\\)`"):
         checks.check_generate_cached(
-            lambda m, i, n, chunk=None: m.blocks[0](m.embed(i), torch.arange(
-                i.shape[1])))
+            lambda m, i, n, chunk=None: m.blocks[0](m.embed(i), torch.arange(i.shape[1]))
+        )
     with pytest.raises(CheckFailed, match="takes chunk=..."):
-        checks.check_generate_cached(lambda m, i, n: generate_with_own_lists(
-            m, i, n))
+        checks.check_generate_cached(lambda m, i, n: generate_with_own_lists(m, i, n))

@@ -40,30 +40,30 @@ def flash_by_key_blocks(mistake=None):
         @staticmethod
         def forward(ctx, query, key, value, is_causal, query_block, key_block):
             shape = query.shape[:-1]
-            lse = query.new_full(shape, -math.inf)              # (..., L)
+            lse = query.new_full(shape, -math.inf)  # (..., L)
             out = query.new_zeros(*shape, value.shape[-1])
             for cols in blocks(key.shape[-2], key_block):
                 k, v = key[..., cols, :], value[..., cols, :]
                 for rows in blocks(query.shape[-2], query_block):
-                    if not needed(rows, cols, is_causal, query_block,
-                                  key_block):
+                    if not needed(rows, cols, is_causal, query_block, key_block):
                         continue
-                    scores = masked_scores(query[..., rows, :], k, rows, cols,
-                                           is_causal)
+                    scores = masked_scores(query[..., rows, :], k, rows, cols, is_causal)
                     tile_lse = torch.logsumexp(scores, dim=-1)
                     new_lse = torch.logaddexp(lse[..., rows], tile_lse)
                     keep = torch.exp(lse[..., rows] - new_lse)
                     if mistake == "accumulator not rescaled":
                         keep = torch.ones_like(keep)
                     weights = torch.exp(scores - new_lse[..., None])
-                    out[..., rows, :] = (out[..., rows, :] * keep[..., None]
-                                         + weights @ v)
+                    out[..., rows, :] = out[..., rows, :] * keep[..., None] + weights @ v
                     lse[..., rows] = new_lse
             saved = (query, key, value, out, lse)
             if mistake and mistake.startswith("saves the weights"):
-                weights = torch.softmax(masked_scores(
-                    query, key, range(query.shape[-2]),
-                    range(key.shape[-2]), is_causal), dim=-1)
+                weights = torch.softmax(
+                    masked_scores(
+                        query, key, range(query.shape[-2]), range(key.shape[-2]), is_causal
+                    ),
+                    dim=-1,
+                )
                 if mistake.endswith("in ctx"):
                     ctx.weights = weights
                 else:
@@ -83,17 +83,16 @@ def flash_by_key_blocks(mistake=None):
             for cols in blocks(key.shape[-2], key_block):
                 k, v = key[..., cols, :], value[..., cols, :]
                 for rows in blocks(query.shape[-2], query_block):
-                    if not needed(rows, cols, is_causal, query_block,
-                                  key_block):
+                    if not needed(rows, cols, is_causal, query_block, key_block):
                         continue
                     q, g = query[..., rows, :], grad_out[..., rows, :]
-                    p = torch.exp(masked_scores(q, k, rows, cols, is_causal,
-                                                backward=True)
-                                  - lse[..., rows, None])
+                    p = torch.exp(
+                        masked_scores(q, k, rows, cols, is_causal, backward=True)
+                        - lse[..., rows, None]
+                    )
                     dv[..., cols, :] += p.transpose(-2, -1) @ g
                     dp = g @ v.transpose(-2, -1)
-                    row_delta = ((p * dp).sum(-1) if mistake == "tile delta"
-                                 else delta[..., rows])
+                    row_delta = (p * dp).sum(-1) if mistake == "tile delta" else delta[..., rows]
                     ds = p * (dp - row_delta[..., None])
                     dq[..., rows, :] += ds @ k * scale
                     dk[..., cols, :] += ds.transpose(-2, -1) @ q * scale
@@ -110,8 +109,9 @@ def flash_by_full_matrices():
         def forward(ctx, query, key, value, is_causal, query_block, key_block):
             scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
             if is_causal:
-                scores = scores.masked_fill(torch.ones(
-                    scores.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+                scores = scores.masked_fill(
+                    torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), -math.inf
+                )
             lse = torch.logsumexp(scores, dim=-1)
             out = torch.exp(scores - lse[..., None]) @ value
             ctx.save_for_backward(query, key, value, out, lse)
@@ -130,30 +130,37 @@ def test_flash_check_passes_an_independent_answer(capsys):
     assert capsys.readouterr().out.count("Correct") == 1 + len(HIDDEN_SEEDS)
 
 
-@pytest.mark.parametrize("mistake, message", [
-    ("accumulator not rescaled", r"multiplied by exp\(m_old - m_new\)"),
-    ("block index", "compare positions"),
-    ("no skip", r"hold only 6\d% of the scores"),
-    ("saves the weights in ctx", "you keep tensors in ctx.weights"),
-    ("saves the weights", r"you saved tensors of shapes .*\(20, 13\)\]"),
-    ("tile delta", "not one tile's"),
-    ("no mask in backward", "forward pass's causal mask"),
-])
+@pytest.mark.parametrize(
+    "mistake, message",
+    [
+        ("accumulator not rescaled", r"multiplied by exp\(m_old - m_new\)"),
+        ("block index", "compare positions"),
+        ("no skip", r"hold only 6\d% of the scores"),
+        ("saves the weights in ctx", "you keep tensors in ctx.weights"),
+        ("saves the weights", r"you saved tensors of shapes .*\(20, 13\)\]"),
+        ("tile delta", "not one tile's"),
+        ("no mask in backward", "forward pass's causal mask"),
+    ],
+)
 def test_flash_check_explains_the_usual_mistakes(mistake, message):
     with pytest.raises(CheckFailed, match=message):
         checks.check_flash_autograd(flash_by_key_blocks(mistake))
 
 
 def test_flash_check_refuses_whole_matrices_and_pytorchs_answers():
-    with pytest.raises(CheckFailed, match=r"forward pass made a tensor of shape "
-                       r"\(20, 13\)"):
+    with pytest.raises(
+        CheckFailed,
+        match=r"forward pass made a tensor of shape "
+        r"\(20, 13\)",
+    ):
         checks.check_flash_autograd(flash_by_full_matrices())
 
     class CallsPyTorch(flash_by_key_blocks()):
         @staticmethod
         def forward(ctx, query, key, value, is_causal, query_block, key_block):
             return torch.nn.functional.scaled_dot_product_attention(
-                query, key, value, is_causal=is_causal)
+                query, key, value, is_causal=is_causal
+            )
 
     with pytest.raises(CheckFailed, match="calls `scaled_dot_product_attention`"):
         checks.check_flash_autograd(CallsPyTorch)
@@ -161,8 +168,7 @@ def test_flash_check_refuses_whole_matrices_and_pytorchs_answers():
     class CallsThePackage(flash_by_key_blocks()):
         @staticmethod
         def forward(ctx, query, key, value, is_causal, query_block, key_block):
-            return attention_course.flash_attention(query, key, value,
-                                                    is_causal)[0]
+            return attention_course.flash_attention(query, key, value, is_causal)[0]
 
     with pytest.raises(CheckFailed, match="calls `flash_attention`"):
         checks.check_flash_autograd(CallsThePackage)
@@ -175,28 +181,27 @@ def flash_forward_by_query_blocks(mistake):
     class Slipped(flash_by_key_blocks()):
         @staticmethod
         def forward(ctx, query, key, value, is_causal, query_block, key_block):
-            out = torch.empty(*query.shape[:-1], value.shape[-1],
-                              dtype=query.dtype)
+            out = torch.empty(*query.shape[:-1], value.shape[-1], dtype=query.dtype)
             for r0 in range(0, query.shape[-2], query_block):
-                q = query[..., r0:r0 + query_block, :] / math.sqrt(query.shape[-1])
+                q = query[..., r0 : r0 + query_block, :] / math.sqrt(query.shape[-1])
                 m = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)
                 total, acc = torch.zeros_like(m), 0.0
                 for c0 in range(0, key.shape[-2], key_block):
-                    s = q @ key[..., c0:c0 + key_block, :].transpose(-2, -1)
+                    s = q @ key[..., c0 : c0 + key_block, :].transpose(-2, -1)
                     if is_causal:
                         i = torch.arange(r0, r0 + s.shape[-2])[:, None]
-                        s = s.masked_fill(torch.arange(c0, c0 + s.shape[-1]) > i,
-                                          -math.inf)
+                        s = s.masked_fill(torch.arange(c0, c0 + s.shape[-1]) > i, -math.inf)
                     new_m = torch.maximum(m, s.amax(-1))
                     factor = torch.exp(m - new_m)
                     p = torch.exp(s - new_m[..., None])
                     total = total * factor + p.sum(-1)
-                    acc = acc * factor[..., None] + p @ value[..., c0:c0 + key_block, :]
+                    acc = acc * factor[..., None] + p @ value[..., c0 : c0 + key_block, :]
                     if mistake == "normalised in the loop":
                         acc = acc / total[..., None]
                     m = new_m
-                out[..., r0:r0 + query_block, :] = (
-                    acc if mistake == "normalised in the loop" else acc / total[..., None])
+                out[..., r0 : r0 + query_block, :] = (
+                    acc if mistake == "normalised in the loop" else acc / total[..., None]
+                )
             return out
 
     return Slipped
@@ -204,8 +209,7 @@ def flash_forward_by_query_blocks(mistake):
 
 def test_flash_check_names_a_normalisation_inside_the_loop():
     with pytest.raises(CheckFailed, match="divide by the sum once"):
-        checks.check_flash_autograd(
-            flash_forward_by_query_blocks("normalised in the loop"))
+        checks.check_flash_autograd(flash_forward_by_query_blocks("normalised in the loop"))
 
 
 def test_flash_check_asks_for_the_saved_log_sum_exp():

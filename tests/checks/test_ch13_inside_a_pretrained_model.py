@@ -23,7 +23,7 @@ def previous_word_by_word_spans(word_ids):
     for word, (first, last) in spans.items():
         if word - 1 in spans:
             before_first, before_last = spans[word - 1]
-            targets[first:last + 1, before_first:before_last + 1] = True
+            targets[first : last + 1, before_first : before_last + 1] = True
     return targets
 
 
@@ -46,8 +46,9 @@ INDEPENDENT_ANSWERS = [
 
 
 @pytest.mark.parametrize("seed", (0, *HIDDEN_SEEDS))
-@pytest.mark.parametrize("check, answer", INDEPENDENT_ANSWERS,
-                         ids=[name for name, _ in INDEPENDENT_ANSWERS])
+@pytest.mark.parametrize(
+    "check, answer", INDEPENDENT_ANSWERS, ids=[name for name, _ in INDEPENDENT_ANSWERS]
+)
 def test_checks_pass_independent_answers(check, answer, seed, capsys):
     getattr(checks, check)(answer, seed=seed)
     assert capsys.readouterr().out.startswith("Correct")
@@ -57,7 +58,8 @@ def test_previous_word_check_explains_the_usual_mistakes():
     def previous_token(word_ids):
         n = len(word_ids)
         return torch.ones(n, n, dtype=torch.bool).tril(-1) & ~torch.ones(
-            n, n, dtype=torch.bool).tril(-2)
+            n, n, dtype=torch.bool
+        ).tril(-2)
 
     with pytest.raises(CheckFailed, match="you marked the previous token"):
         checks.check_previous_word_targets(previous_token)
@@ -70,8 +72,7 @@ def test_previous_word_check_explains_the_usual_mistakes():
         checks.check_previous_word_targets(specials_as_minus_one)
 
     def same_word(word_ids):
-        return previous_word_by_word_spans([None if w is None else w - 1
-                                            for w in word_ids]).T
+        return previous_word_by_word_spans([None if w is None else w - 1 for w in word_ids]).T
 
     with pytest.raises(CheckFailed):
         checks.check_previous_word_targets(same_word)
@@ -89,12 +90,14 @@ def test_ablation_check_explains_the_usual_mistakes():
 
     def zeroing_rows(projection):
         """A wrong ablation: zero the head's rows of one projection's weight."""
+
         def ablate(attention, head):
             ablated = copy.deepcopy(attention)
             rows = slice(head * ablated.head_dim, (head + 1) * ablated.head_dim)
             with torch.no_grad():
                 getattr(ablated, projection).weight[rows] = 0
             return ablated
+
         return ablate
 
     with pytest.raises(CheckFailed, match="value bias"):  # b_v still flows out

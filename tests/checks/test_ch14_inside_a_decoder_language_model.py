@@ -16,8 +16,9 @@ def half_split_by_loops(weight, num_heads):
     for head in range(num_heads):
         for i in range(head_dim // 2):
             for member in range(2):
-                out[head * head_dim + member * head_dim // 2 + i] = \
-                    weight[head * head_dim + 2 * i + member]
+                out[head * head_dim + member * head_dim // 2 + i] = weight[
+                    head * head_dim + 2 * i + member
+                ]
     return out
 
 
@@ -26,8 +27,11 @@ def test_half_split_rows_check_accepts_a_loop_and_names_the_usual_slips():
 
     def converter_again(weight, num_heads):
         rows, columns = weight.shape
-        return (weight.reshape(num_heads, 2, rows // num_heads // 2, columns)
-                .transpose(1, 2).reshape(rows, columns))
+        return (
+            weight.reshape(num_heads, 2, rows // num_heads // 2, columns)
+            .transpose(1, 2)
+            .reshape(rows, columns)
+        )
 
     def all_heads_together(weight, num_heads):
         return half_split_by_loops(weight, 1)

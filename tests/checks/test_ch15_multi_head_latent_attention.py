@@ -43,7 +43,7 @@ def test_absorbed_query_check_names_the_usual_mistakes():
         heads, _, head_dim = q.shape
         return q @ w.reshape(heads, -1, head_dim).transpose(1, 2)
 
-    def transposed_blocks(q, w):                   # right shape only where head_dim == kv_rank
+    def transposed_blocks(q, w):  # right shape only where head_dim == kv_rank
         heads, _, head_dim = q.shape
         blocks = w.reshape(heads, head_dim, -1)
         if blocks.shape[-1] != head_dim:
@@ -51,9 +51,9 @@ def test_absorbed_query_check_names_the_usual_mistakes():
         return q @ blocks.transpose(1, 2)
 
     def summed_over_heads(q, w):
-        return q.transpose(0, 1).reshape(q.shape[1], -1) @ w          # (L, d_c)
+        return q.transpose(0, 1).reshape(q.shape[1], -1) @ w  # (L, d_c)
 
-    def explicit_keys(q, w):                       # scores against keys, not a query
+    def explicit_keys(q, w):  # scores against keys, not a query
         return q @ q.transpose(1, 2)
 
     with pytest.raises(CheckFailed, match="rows of head i are rows"):
@@ -73,7 +73,7 @@ def test_absorbed_query_check_names_the_usual_mistakes():
 def test_absorbed_query_check_refuses_a_hard_coded_answer():
     remembered = {}
     cases = checks.ch15_multi_head_latent_attention._absorb_cases(0)
-    for case, heads, queries, head_dim, rank in cases:
+    for _case, heads, queries, head_dim, rank in cases:
         remembered[(heads, queries, head_dim, rank)] = None
 
     def only_visible_shapes(q, w):
@@ -106,16 +106,26 @@ def test_latent_cache_check_passes_independent_answers(answer, seed, capsys):
     assert capsys.readouterr().out.startswith("Correct")
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda c, n, b: 2 * cache_by_parts(c, n, b), "no factor 2"),
-    (lambda c, n, b: c["num_hidden_layers"] * c["kv_lora_rank"] * n * b, "RoPE key"),
-    (lambda c, n, b: c["num_attention_heads"] * cache_by_parts(c, n, b), "shared by all heads"),
-    (lambda c, n, b: (c["kv_lora_rank"] + c["qk_rope_head_dim"]) * n * b, "every layer"),
-    (lambda c, n, b: c["num_hidden_layers"] * c["num_attention_heads"]
-     * (c["qk_nope_head_dim"] + c["qk_rope_head_dim"] + c["v_head_dim"]) * n * b,
-     "multi-head attention would cache"),
-    (lambda c, n, b: str(cache_by_parts(c, n, b)), "expected a number of bytes"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda c, n, b: 2 * cache_by_parts(c, n, b), "no factor 2"),
+        (lambda c, n, b: c["num_hidden_layers"] * c["kv_lora_rank"] * n * b, "RoPE key"),
+        (lambda c, n, b: c["num_attention_heads"] * cache_by_parts(c, n, b), "shared by all heads"),
+        (lambda c, n, b: (c["kv_lora_rank"] + c["qk_rope_head_dim"]) * n * b, "every layer"),
+        (
+            lambda c, n, b: (
+                c["num_hidden_layers"]
+                * c["num_attention_heads"]
+                * (c["qk_nope_head_dim"] + c["qk_rope_head_dim"] + c["v_head_dim"])
+                * n
+                * b
+            ),
+            "multi-head attention would cache",
+        ),
+        (lambda c, n, b: str(cache_by_parts(c, n, b)), "expected a number of bytes"),
+    ],
+)
 def test_latent_cache_check_names_the_usual_mistakes(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
         checks.check_latent_cache_bytes(wrong)
@@ -124,14 +134,22 @@ def test_latent_cache_check_names_the_usual_mistakes(wrong, hint):
 def test_latent_cache_check_refuses_the_package_s_answer():
     def delegated(config, seq_len, bytes_per_element):
         return attention_course.latent_cache_bytes(
-            batch_size=1, seq_len=seq_len, num_layers=config["num_hidden_layers"],
-            kv_rank=config["kv_lora_rank"], rope_dim=config["qk_rope_head_dim"],
-            bytes_per_element=bytes_per_element)
+            batch_size=1,
+            seq_len=seq_len,
+            num_layers=config["num_hidden_layers"],
+            kv_rank=config["kv_lora_rank"],
+            rope_dim=config["qk_rope_head_dim"],
+            bytes_per_element=bytes_per_element,
+        )
 
     with pytest.raises(CheckFailed, match="calls `latent_cache_bytes`"):
         checks.check_latent_cache_bytes(delegated)
-    assert attention_course.latent_cache_bytes(batch_size=1, seq_len=1, num_layers=1, kv_rank=1,
-                                               rope_dim=1) == 4     # restored afterwards
+    assert (
+        attention_course.latent_cache_bytes(
+            batch_size=1, seq_len=1, num_layers=1, kv_rank=1, rope_dim=1
+        )
+        == 4
+    )  # restored afterwards
 
 
 def test_a_stub_waits_for_its_answer(capsys):

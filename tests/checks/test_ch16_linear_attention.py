@@ -27,8 +27,8 @@ def recurrence_with_a_state(phi_q, phi_k, values):
 
 def recurrence_by_prefix_sums(phi_q, phi_k, values):
     """Every state at once: cumulative sums of the outer products."""
-    states = torch.cumsum(phi_k[:, :, None] * values[:, None, :], dim=0)   # (n, f, d_v)
-    sums = torch.cumsum(phi_k, dim=0)                                      # (n, f)
+    states = torch.cumsum(phi_k[:, :, None] * values[:, None, :], dim=0)  # (n, f, d_v)
+    sums = torch.cumsum(phi_k, dim=0)  # (n, f)
     return torch.einsum("tf,tfv->tv", phi_q, states) / (phi_q * sums).sum(1, keepdim=True)
 
 
@@ -55,18 +55,27 @@ def read_before_write_but_first_token_patched(phi_q, phi_k, values):
     return out
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda q, k, v: torch.einsum("tf,tfv->tv", q, torch.cumsum(
-        k[:, :, None] * v[:, None, :], 0)), "not normalised"),
-    (lambda q, k, v: torch.softmax(torch.log(q @ k.T), 1) @ v, "every query reads every key"),
-    (lambda q, k, v: torch.cumsum(v, 0) / torch.arange(1, len(v) + 1)[:, None], "running mean"),
-    (read_before_write, "0 / 0 is NaN"),
-    (read_before_write_but_first_token_patched, "its own key and value too"),
-    (lambda q, k, v: recurrence_with_a_state(q, k, v)[:, :1], "shape"),
-    (lambda q, k, v: 1.01 * recurrence_with_a_state(q, k, v), "outputs at index"),
-    (lambda q, k, v: attention_course.linear_attention(q, k, v, feature_map="identity"),
-     "calls `linear_attention`"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (
+            lambda q, k, v: torch.einsum(
+                "tf,tfv->tv", q, torch.cumsum(k[:, :, None] * v[:, None, :], 0)
+            ),
+            "not normalised",
+        ),
+        (lambda q, k, v: torch.softmax(torch.log(q @ k.T), 1) @ v, "every query reads every key"),
+        (lambda q, k, v: torch.cumsum(v, 0) / torch.arange(1, len(v) + 1)[:, None], "running mean"),
+        (read_before_write, "0 / 0 is NaN"),
+        (read_before_write_but_first_token_patched, "its own key and value too"),
+        (lambda q, k, v: recurrence_with_a_state(q, k, v)[:, :1], "shape"),
+        (lambda q, k, v: 1.01 * recurrence_with_a_state(q, k, v), "outputs at index"),
+        (
+            lambda q, k, v: attention_course.linear_attention(q, k, v, feature_map="identity"),
+            "calls `linear_attention`",
+        ),
+    ],
+)
 def test_linear_recurrence_check_names_the_usual_mistakes(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
         checks.check_linear_recurrence(wrong)
@@ -95,19 +104,36 @@ def test_gated_delta_step_check_passes_independent_answers(answer, seed, capsys)
     assert capsys.readouterr().out.startswith("Correct")
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda s, k, v, b, g: g * (s + b * torch.outer(k, v - s.T @ k)), "decayed after writing"),
-    (lambda s, k, v, b, g: g * s + b * torch.outer(k, v - s.T @ k), "with the decayed state"),
-    (lambda s, k, v, b, g: g * s + b * torch.outer(k, v), "linear attention's update"),
-    (lambda s, k, v, b, g: g * s + b * torch.outer(k, v + g * s.T @ k), "not v \\+ S'\\^T k"),
-    (lambda s, k, v, b, g: g * s + b * torch.outer(k, v - g * s @ k)
-     if s.shape[0] == s.shape[1] else delta_step_as_a_matrix(s, k, v, b, g), "k @ S in code"),
-    (lambda s, k, v, b, g: delta_step_as_a_matrix(s, k, v, b, g).T, "not u k\\^T"),
-    (lambda s, k, v, b, g: delta_step_as_a_matrix(s, k, v, b, g) + 1e-3, "new state at index"),
-    (lambda s, k, v, b, g: attention_course.delta_rule(
-        k[None], k[None], v[None], torch.tensor([b]), torch.tensor([math.log(g)]),
-        initial_state=s)[1], "calls `delta_rule`"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda s, k, v, b, g: g * (s + b * torch.outer(k, v - s.T @ k)), "decayed after writing"),
+        (lambda s, k, v, b, g: g * s + b * torch.outer(k, v - s.T @ k), "with the decayed state"),
+        (lambda s, k, v, b, g: g * s + b * torch.outer(k, v), "linear attention's update"),
+        (lambda s, k, v, b, g: g * s + b * torch.outer(k, v + g * s.T @ k), "not v \\+ S'\\^T k"),
+        (
+            lambda s, k, v, b, g: (
+                g * s + b * torch.outer(k, v - g * s @ k)
+                if s.shape[0] == s.shape[1]
+                else delta_step_as_a_matrix(s, k, v, b, g)
+            ),
+            "k @ S in code",
+        ),
+        (lambda s, k, v, b, g: delta_step_as_a_matrix(s, k, v, b, g).T, "not u k\\^T"),
+        (lambda s, k, v, b, g: delta_step_as_a_matrix(s, k, v, b, g) + 1e-3, "new state at index"),
+        (
+            lambda s, k, v, b, g: attention_course.delta_rule(
+                k[None],
+                k[None],
+                v[None],
+                torch.tensor([b]),
+                torch.tensor([math.log(g)]),
+                initial_state=s,
+            )[1],
+            "calls `delta_rule`",
+        ),
+    ],
+)
 def test_gated_delta_step_check_names_the_usual_mistakes(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
         checks.check_gated_delta_step(wrong)

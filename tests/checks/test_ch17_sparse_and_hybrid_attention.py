@@ -45,24 +45,34 @@ def sink_without_a_shift(scores, sinks):
     return exp / (exp.sum(-1, keepdim=True) + sinks.exp()[:, None, None])
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda z, b: torch.softmax(z, -1), "a plain softmax"),
-    (lambda z, b: torch.softmax(torch.cat([z, b[:, None, None].expand(*z.shape[:-1], 1)],
-                                          -1), -1), "one column too many"),
-    (lambda z, b: torch.softmax(torch.cat([z, b[None, :, None].expand(*z.shape[:-1], 1)],
-                                          -1), -1)[..., :-1], "query t got the sink of head t"),
-    (sink_shift_without_the_sink, "every score of that row is -inf"),
-    (sink_without_a_shift, "exp\\(1000\\) overflows"),
-    (lambda z, b: 2 * sink_by_an_extra_column(z, b), "weights at index"),
-    (lambda z, b: attention_course.sink_softmax(z, b), "calls `sink_softmax`"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda z, b: torch.softmax(z, -1), "a plain softmax"),
+        (
+            lambda z, b: torch.softmax(
+                torch.cat([z, b[:, None, None].expand(*z.shape[:-1], 1)], -1), -1
+            ),
+            "one column too many",
+        ),
+        (
+            lambda z, b: torch.softmax(
+                torch.cat([z, b[None, :, None].expand(*z.shape[:-1], 1)], -1), -1
+            )[..., :-1],
+            "query t got the sink of head t",
+        ),
+        (sink_shift_without_the_sink, "every score of that row is -inf"),
+        (sink_without_a_shift, "exp\\(1000\\) overflows"),
+        (lambda z, b: 2 * sink_by_an_extra_column(z, b), "weights at index"),
+        (lambda z, b: attention_course.sink_softmax(z, b), "calls `sink_softmax`"),
+    ],
+)
 def test_sink_softmax_check_names_the_usual_mistakes(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
         checks.check_sink_softmax(wrong)
 
 
-def cache_by_layer(layer_types, seq_len, window, num_kv_heads, head_dim,
-                   bytes_per_element=2):
+def cache_by_layer(layer_types, seq_len, window, num_kv_heads, head_dim, bytes_per_element=2):
     total = 0
     for kind in layer_types:
         tokens = seq_len if kind == "full_attention" else min(seq_len, window)
@@ -70,21 +80,23 @@ def cache_by_layer(layer_types, seq_len, window, num_kv_heads, head_dim,
     return total
 
 
-def cache_by_real_tensors(layer_types, seq_len, window, num_kv_heads, head_dim,
-                          bytes_per_element=2):
+def cache_by_real_tensors(
+    layer_types, seq_len, window, num_kv_heads, head_dim, bytes_per_element=2
+):
     """Build every layer's keys and values (float32 zeros, scaled to the element size):
     a sliding layer's as a KVCache with a window would keep them."""
     total = 0
     for kind in layer_types:
-        cache = attention_course.KVCache(window=window if kind == "sliding_attention"
-                                         else None)
-        for _ in range(2):        # two chunks, so that a window drops what it must
+        cache = attention_course.KVCache(window=window if kind == "sliding_attention" else None)
+        for _ in range(2):  # two chunks, so that a window drops what it must
             half = torch.zeros(1, num_kv_heads, (seq_len + 1) // 2, head_dim)
             cache.update(half, half)
         total += len(cache) * 2 * num_kv_heads * head_dim * bytes_per_element
-    return total - sum(2 * num_kv_heads * head_dim * bytes_per_element
-                       for kind in layer_types if seq_len % 2 and (
-                           kind == "full_attention" or seq_len < window))
+    return total - sum(
+        2 * num_kv_heads * head_dim * bytes_per_element
+        for kind in layer_types
+        if seq_len % 2 and (kind == "full_attention" or seq_len < window)
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -96,29 +108,51 @@ def test_hybrid_cache_check_passes_independent_answers(answer, seed, capsys):
 
 def held(minimum):
     """A wrong answer whose sliding layers hold minimum(seq_len, window) tokens."""
+
     def answer(layer_types, seq_len, window, num_kv_heads, head_dim, bytes_per_element=2):
-        tokens = sum(seq_len if kind == "full_attention" else minimum(seq_len, window)
-                     for kind in layer_types)
+        tokens = sum(
+            seq_len if kind == "full_attention" else minimum(seq_len, window)
+            for kind in layer_types
+        )
         return 2 * tokens * num_kv_heads * head_dim * bytes_per_element
+
     return answer
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (held(lambda n, w: n), "keeps only the last `window` tokens"),
-    (held(lambda n, w: w), "before the window fills"),
-    (held(lambda n, w: min(n, w - 1)), "not W - 1"),
-    (lambda *a: cache_by_layer(*a) // 2, "a key AND a value"),
-    (lambda *a: cache_by_layer(*a[:5]) // 2, "counts numbers, not bytes"),
-    (lambda *a: cache_by_layer(*a[:5]), "use it rather than 2"),
-    (lambda types, *a: cache_by_layer(
-        ["full_attention" if t == "sliding_attention" else "sliding_attention"
-         for t in types], *a), "you swapped them"),
-    (lambda *a: str(cache_by_layer(*a)), "expected a number of bytes"),
-    (lambda *a: float("nan"), "you say nan bytes"),
-    (lambda *a: attention_course.costs.hybrid_cache_bytes(
-        layer_types=a[0], seq_len=a[1], window=a[2], num_kv_heads=a[3], head_dim=a[4],
-        bytes_per_element=a[5]), "calls `hybrid_cache_bytes`"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (held(lambda n, w: n), "keeps only the last `window` tokens"),
+        (held(lambda n, w: w), "before the window fills"),
+        (held(lambda n, w: min(n, w - 1)), "not W - 1"),
+        (lambda *a: cache_by_layer(*a) // 2, "a key AND a value"),
+        (lambda *a: cache_by_layer(*a[:5]) // 2, "counts numbers, not bytes"),
+        (lambda *a: cache_by_layer(*a[:5]), "use it rather than 2"),
+        (
+            lambda types, *a: cache_by_layer(
+                [
+                    "full_attention" if t == "sliding_attention" else "sliding_attention"
+                    for t in types
+                ],
+                *a,
+            ),
+            "you swapped them",
+        ),
+        (lambda *a: str(cache_by_layer(*a)), "expected a number of bytes"),
+        (lambda *a: float("nan"), "you say nan bytes"),
+        (
+            lambda *a: attention_course.costs.hybrid_cache_bytes(
+                layer_types=a[0],
+                seq_len=a[1],
+                window=a[2],
+                num_kv_heads=a[3],
+                head_dim=a[4],
+                bytes_per_element=a[5],
+            ),
+            "calls `hybrid_cache_bytes`",
+        ),
+    ],
+)
 def test_hybrid_cache_check_names_the_usual_mistakes(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
         checks.check_hybrid_cache_bytes(wrong)
@@ -129,7 +163,7 @@ def top_k_by_sorting(index_scores, k):
     n_queries, n_keys = index_scores.shape
     chosen = torch.zeros(n_queries, n_keys, dtype=torch.bool)
     for t in range(n_queries):
-        visible = index_scores[t, :t + n_keys - n_queries + 1]
+        visible = index_scores[t, : t + n_keys - n_queries + 1]
         chosen[t, visible.argsort(descending=True)[:k]] = True
     return chosen
 
@@ -139,7 +173,7 @@ def top_k_by_rank(index_scores, k):
     n_queries, n_keys = index_scores.shape
     visible = torch.arange(n_keys) <= torch.arange(n_queries)[:, None] + n_keys - n_queries
     masked = index_scores.masked_fill(~visible, float("-inf"))
-    higher = (masked[:, None, :] > masked[:, :, None]).sum(-1)     # (L, S): keys above s
+    higher = (masked[:, None, :] > masked[:, :, None]).sum(-1)  # (L, S): keys above s
     return visible & (higher < k)
 
 
@@ -162,33 +196,46 @@ def scatter(index_scores, indices, dim=-1):
 def top_k_with(k_of, mask_before=True, mask_after=True, dim=-1):
     """A top-k answer with choices: how many per row (k_of(k, S)), where the mask goes,
     along which axis."""
+
     def answer(index_scores, k):
         visible = visible_keys(index_scores)
-        scores = (index_scores.masked_fill(~visible, float("-inf")) if mask_before
-                  else index_scores)
+        scores = index_scores.masked_fill(~visible, float("-inf")) if mask_before else index_scores
         top = scores.topk(min(k_of(k), index_scores.shape[dim]), dim=dim).indices
         chosen = scatter(index_scores, top, dim)
         return chosen & visible if mask_after else chosen
+
     return answer
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (top_k_with(lambda k: k, mask_before=False, mask_after=False), "keys in their future"),
-    (top_k_with(lambda k: k, mask_before=False), "masked the future after choosing"),
-    (top_k_with(lambda k: k, mask_after=False), "got masked \\(-inf\\) keys"),
-    (top_k_with(lambda k: k, dim=0), "best queries of each key"),
-    (top_k_with(lambda k: k + 1), "keeps min\\(k, that\\) = 3 of them, not 4"),
-    (top_k_with(lambda k: max(k - 1, 1)), "keeps min\\(k, that\\) = 3 of them, not 2"),
-    (lambda s, k: s.masked_fill(~visible_keys(s), float("-inf")).topk(min(k, s.shape[1])),
-     "torch.topk's \\(values, indices\\)"),
-    (lambda s, k: s.masked_fill(~visible_keys(s), float("-inf")).topk(
-        min(k, s.shape[1])).indices, "indices: scatter them"),
-    (lambda s, k: top_k_by_sorting(s, k).float(), "not bool"),
-    (lambda s, k: top_k_by_sorting(s, k)[None], "shape \\(1, 6, 6\\)"),
-    (lambda s, k: attention_course.top_k_mask(s.masked_fill(~visible_keys(s),
-                                                            float("-inf")), k),
-     "calls `top_k_mask`"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (top_k_with(lambda k: k, mask_before=False, mask_after=False), "keys in their future"),
+        (top_k_with(lambda k: k, mask_before=False), "masked the future after choosing"),
+        (top_k_with(lambda k: k, mask_after=False), "got masked \\(-inf\\) keys"),
+        (top_k_with(lambda k: k, dim=0), "best queries of each key"),
+        (top_k_with(lambda k: k + 1), "keeps min\\(k, that\\) = 3 of them, not 4"),
+        (top_k_with(lambda k: max(k - 1, 1)), "keeps min\\(k, that\\) = 3 of them, not 2"),
+        (
+            lambda s, k: s.masked_fill(~visible_keys(s), float("-inf")).topk(min(k, s.shape[1])),
+            "torch.topk's \\(values, indices\\)",
+        ),
+        (
+            lambda s, k: (
+                s.masked_fill(~visible_keys(s), float("-inf")).topk(min(k, s.shape[1])).indices
+            ),
+            "indices: scatter them",
+        ),
+        (lambda s, k: top_k_by_sorting(s, k).float(), "not bool"),
+        (lambda s, k: top_k_by_sorting(s, k)[None], "shape \\(1, 6, 6\\)"),
+        (
+            lambda s, k: attention_course.top_k_mask(
+                s.masked_fill(~visible_keys(s), float("-inf")), k
+            ),
+            "calls `top_k_mask`",
+        ),
+    ],
+)
 def test_causal_top_k_check_names_the_usual_mistakes(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
         checks.check_causal_top_k(wrong)
@@ -198,8 +245,11 @@ def test_the_chapter_17_stubs_wait_for_their_answers(capsys):
     def stub(*args):
         raise NotImplementedError
 
-    for check in (checks.check_sink_softmax, checks.check_hybrid_cache_bytes,
-                  checks.check_causal_top_k):
+    for check in (
+        checks.check_sink_softmax,
+        checks.check_hybrid_cache_bytes,
+        checks.check_causal_top_k,
+    ):
         assert check(stub) is None
         assert "Not yet answered" in capsys.readouterr().out
         with pytest.raises(checks.NotAnswered):

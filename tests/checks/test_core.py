@@ -38,13 +38,17 @@ def any_stub(*args, **kwargs):
     raise NotImplementedError()
 
 
-@pytest.mark.parametrize("name", [n for n in dir(checks) if n.startswith("check_")
-                                  and n != "check_attention_weights"])
+@pytest.mark.parametrize(
+    "name", [n for n in dir(checks) if n.startswith("check_") and n != "check_attention_weights"]
+)
 def test_every_check_of_a_function_waits_for_an_answer(name, capsys):
     """Any check given a stub says "Not yet answered", and fails when strict."""
     check = getattr(checks, name)
-    required = [p for p in inspect.signature(check).parameters.values()
-                if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD][1:]
+    required = [
+        p
+        for p in inspect.signature(check).parameters.values()
+        if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD
+    ][1:]
     extra = [{"kernel": "gaussian"}[p.name] for p in required]
     assert check(any_stub, *extra) is None
     assert "Not yet answered: `any_stub`" in capsys.readouterr().out
@@ -52,11 +56,14 @@ def test_every_check_of_a_function_waits_for_an_answer(name, capsys):
         check(any_stub, *extra, strict=True)
 
 
-@pytest.mark.parametrize("weights, message", [
-    (torch.tensor([[0.5, 0.5], [0.2, 0.3]]), r"row 1 sums to 0.5000, not 1"),
-    (torch.tensor([[1.5, -0.5]]), r"row 0 has a negative weight"),
-    (torch.tensor([[0.5, 0.5], [float("nan"), 1.0]]), r"row 1 contains NaN"),
-])
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        (torch.tensor([[0.5, 0.5], [0.2, 0.3]]), r"row 1 sums to 0.5000, not 1"),
+        (torch.tensor([[1.5, -0.5]]), r"row 0 has a negative weight"),
+        (torch.tensor([[0.5, 0.5], [float("nan"), 1.0]]), r"row 1 contains NaN"),
+    ],
+)
 def test_check_attention_weights_messages(weights, message):
     with pytest.raises(CheckFailed, match=message):
         checks.check_attention_weights(weights)
@@ -67,20 +74,38 @@ def test_check_attention_weights_accepts_batches(capsys):
     assert "all 6 rows" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("call", [
-    lambda: checks.check_entropy(attention_entropy),
-    lambda: checks.check_entropy(lambda p: attention_course.attention_entropy(p)),
-    lambda: checks.check_masked_softmax(lambda s, v: masked_softmax(s, v)),
-    lambda: checks.check_causal_mask(lambda n_q, n_k: causal_mask(n_q, n_k)),
-    lambda: checks.check_nadaraya_watson(lambda q, k, v, h: nadaraya_watson(q, k, v, h)[0]),
-    lambda: checks.check_leave_one_out(lambda k, v, h: leave_one_out_mse(k, v, h)),
-    lambda: checks.check_self_attention(lambda x, q, k, v: torch.nn.functional.
-                                        scaled_dot_product_attention(x @ q, x @ k, x @ v)),
-    lambda: checks.check_positional_encoding(sinusoidal_positional_encoding),
-    lambda: checks.check_kv_cache_bytes(lambda *a: kv_cache_bytes(**dict(zip(
-        ["batch_size", "seq_len", "num_layers", "num_kv_heads", "head_dim",
-         "bytes_per_element"], a)))),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: checks.check_entropy(attention_entropy),
+        lambda: checks.check_entropy(lambda p: attention_course.attention_entropy(p)),
+        lambda: checks.check_masked_softmax(lambda s, v: masked_softmax(s, v)),
+        lambda: checks.check_causal_mask(lambda n_q, n_k: causal_mask(n_q, n_k)),
+        lambda: checks.check_nadaraya_watson(lambda q, k, v, h: nadaraya_watson(q, k, v, h)[0]),
+        lambda: checks.check_leave_one_out(lambda k, v, h: leave_one_out_mse(k, v, h)),
+        lambda: checks.check_self_attention(
+            lambda x, q, k, v: torch.nn.functional.scaled_dot_product_attention(x @ q, x @ k, x @ v)
+        ),
+        lambda: checks.check_positional_encoding(sinusoidal_positional_encoding),
+        lambda: checks.check_kv_cache_bytes(
+            lambda *a: kv_cache_bytes(
+                **dict(
+                    zip(
+                        [
+                            "batch_size",
+                            "seq_len",
+                            "num_layers",
+                            "num_kv_heads",
+                            "head_dim",
+                            "bytes_per_element",
+                        ],
+                        a,
+                    )
+                )
+            )
+        ),
+    ],
+)
 def test_an_answer_that_calls_the_package_s_own_answer_fails(call):
     with pytest.raises(CheckFailed, match=r"calls `\w+`"):
         call()

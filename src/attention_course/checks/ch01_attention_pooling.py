@@ -25,13 +25,17 @@ def regression_cases(seed=0):
 
 def kernel_underflow(queries, keys, bandwidths):
     """index -> why a Gaussian kernel-regression row is NaN, if its kernel values underflow."""
+
     def explain(index):
         distances = (queries[index[0]] - keys) / bandwidths
-        if torch.exp(-distances**2 / 2).sum() == 0:
-            return ("every kernel value of this query underflows to 0 in float32, so its row "
-                    "is 0/0; subtract the row's largest score before exponentiating (as "
-                    "torch.softmax does)")
+        if torch.exp(-(distances**2) / 2).sum() == 0:
+            return (
+                "every kernel value of this query underflows to 0 in float32, so its row "
+                "is 0/0; subtract the row's largest score before exponentiating (as "
+                "torch.softmax does)"
+            )
         return None
+
     return explain
 
 
@@ -42,13 +46,23 @@ def _require_an_average(fn, queries, keys, bandwidth):
     """A weighted average of equal values is that value, whatever the weights: an answer
     that misses it has weights that do not sum to 1 (the commonest slip)."""
     case, level = "every value equal to 2.5", 2.5
-    got = run(fn, (queries, keys, torch.full_like(keys, level), bandwidth), case,
-              forbidden=REGRESSION_ANSWERS)
-    if (isinstance(got, torch.Tensor) and got.shape == queries.shape
-            and torch.isfinite(got).all() and not torch.allclose(got, torch.full_like(got, level))):
+    got = run(
+        fn,
+        (queries, keys, torch.full_like(keys, level), bandwidth),
+        case,
+        forbidden=REGRESSION_ANSWERS,
+    )
+    if (
+        isinstance(got, torch.Tensor)
+        and got.shape == queries.shape
+        and torch.isfinite(got).all()
+        and not torch.allclose(got, torch.full_like(got, level))
+    ):
         shown = ", ".join(f"{value:.4g}" for value in got[:3].tolist())
-        raise CheckFailed(f"case '{case}': a weighted average of equal values is that value, "
-                          f"but yours gives {shown}: do each query's weights sum to 1?")
+        raise CheckFailed(
+            f"case '{case}': a weighted average of equal values is that value, "
+            f"but yours gives {shown}: do each query's weights sum to 1?"
+        )
 
 
 @self_check
@@ -60,8 +74,13 @@ def check_nadaraya_watson(fn, seed=0):
     for case, queries, keys, values, bandwidth in cases:
         expected, _ = pooling.nadaraya_watson(queries, keys, values, bandwidth, "gaussian")
         got = run(fn, (queries, keys, values, bandwidth), case, forbidden=REGRESSION_ANSWERS)
-        compare(got, expected, case, "predictions",
-                explain_nan=kernel_underflow(queries, keys, bandwidth))
+        compare(
+            got,
+            expected,
+            case,
+            "predictions",
+            explain_nan=kernel_underflow(queries, keys, bandwidth),
+        )
     passed("your Gaussian Nadaraya–Watson regression", len(cases))
 
 
@@ -81,8 +100,9 @@ def check_kernel_weights(fn, kernel, seed=0):
         problem = weights_problem(got) if isinstance(got, torch.Tensor) else None
         if problem and got.shape == expected.shape and torch.isfinite(got).all():
             raise CheckFailed(f"case '{case}': {problem}")
-        compare(got, expected, case, "weights",
-                explain_nan=kernel_underflow(queries, keys, bandwidth))
+        compare(
+            got, expected, case, "weights", explain_nan=kernel_underflow(queries, keys, bandwidth)
+        )
     passed(f"your {kernel} attention-weight matrix", len(cases))
 
 
@@ -99,12 +119,18 @@ def check_leave_one_out(fn, seed=0):
         if not isinstance(got, float):
             raise CheckFailed(f"case '{case}': expected one number, got {got!r}")
         if got != got:
-            raise CheckFailed(f"case '{case}': your error is NaN: with exp()/sum a row whose "
-                              "kernel values all underflow is 0/0; use a softmax")
+            raise CheckFailed(
+                f"case '{case}': your error is NaN: with exp()/sum a row whose "
+                "kernel values all underflow is 0/0; use a softmax"
+            )
         if abs(got - expected) > 1e-5 * (1 + abs(expected)):
             in_sample = pooling.nadaraya_watson(keys, keys, values, bandwidth)[0]
-            hint = (" (that is the in-sample error: mask each point's own key)"
-                    if abs(got - torch.mean((in_sample - values) ** 2).item()) < 1e-5 else "")
-            raise CheckFailed(f"case '{case}': your error is {got:.5f}, "
-                              f"expected {expected:.5f}{hint}")
+            hint = (
+                " (that is the in-sample error: mask each point's own key)"
+                if abs(got - torch.mean((in_sample - values) ** 2).item()) < 1e-5
+                else ""
+            )
+            raise CheckFailed(
+                f"case '{case}': your error is {got:.5f}, expected {expected:.5f}{hint}"
+            )
     passed("your leave-one-out error", len(cases))

@@ -17,8 +17,9 @@ def check_per_key_weights(fn, seed=0):
         bandwidths = bandwidth * torch.exp(0.5 * random((len(keys),), seed, number))
         _, expected = pooling.nadaraya_watson(queries, keys, values, bandwidths)
         got = run(fn, (queries, keys, bandwidths), case, forbidden=REGRESSION_ANSWERS)
-        compare(got, expected, case, "weights",
-                explain_nan=kernel_underflow(queries, keys, bandwidths))
+        compare(
+            got, expected, case, "weights", explain_nan=kernel_underflow(queries, keys, bandwidths)
+        )
     passed("your per-key attention weights", len(cases))
 
 
@@ -33,11 +34,13 @@ def _batched_regression_cases(seed=0):
         return queries, keys, values
 
     far = draw(3, 4, 6)
-    far[0][1, 2] = 60.0                           # one query far from every key of set 1
-    return [("a batch of 4 data sets, bandwidth 1", *draw(4, 5, 8), 1.0),
-            ("a batch of 2, narrow bandwidth 0.3", *draw(2, 7, 12), 0.3),
-            ("one data set, one query", *draw(1, 1, 9), 0.7),
-            ("a query far from every key", *far, 0.5)]
+    far[0][1, 2] = 60.0  # one query far from every key of set 1
+    return [
+        ("a batch of 4 data sets, bandwidth 1", *draw(4, 5, 8), 1.0),
+        ("a batch of 2, narrow bandwidth 0.3", *draw(2, 7, 12), 0.3),
+        ("one data set, one query", *draw(1, 1, 9), 0.7),
+        ("a query far from every key", *far, 0.5),
+    ]
 
 
 @self_check
@@ -47,20 +50,40 @@ def check_batched_regression(fn, seed=0):
     answering its own queries from its own keys and values. Chapter 2, exercise 1."""
     cases = _batched_regression_cases(seed)
     for case, queries, keys, values, bandwidth in cases:
-        expected = torch.stack([                  # an independent loop over the data sets
-            torch.softmax(-((q[:, None] - k[None, :]) / bandwidth) ** 2 / 2, dim=1) @ v
-            for q, k, v in zip(queries.double(), keys.double(), values.double())]).float()
-        got = run(fn, (queries, keys, values, bandwidth), case,
-                  forbidden=REGRESSION_ANSWERS)
-        if (isinstance(got, torch.Tensor) and got.shape == expected.shape
-                and len(keys) > 1 and torch.isfinite(got).all()):
-            pooled = torch.stack([
-                torch.softmax(-((q[:, None] - keys.flatten()[None, :]) / bandwidth) ** 2
-                              / 2, dim=1) @ values.flatten() for q in queries])
+        expected = torch.stack(
+            [  # an independent loop over the data sets
+                torch.softmax(-(((q[:, None] - k[None, :]) / bandwidth) ** 2) / 2, dim=1) @ v
+                for q, k, v in zip(queries.double(), keys.double(), values.double())
+            ]
+        ).float()
+        got = run(fn, (queries, keys, values, bandwidth), case, forbidden=REGRESSION_ANSWERS)
+        if (
+            isinstance(got, torch.Tensor)
+            and got.shape == expected.shape
+            and len(keys) > 1
+            and torch.isfinite(got).all()
+        ):
+            pooled = torch.stack(
+                [
+                    torch.softmax(
+                        -(((q[:, None] - keys.flatten()[None, :]) / bandwidth) ** 2) / 2, dim=1
+                    )
+                    @ values.flatten()
+                    for q in queries
+                ]
+            )
             if torch.allclose(got, pooled, atol=1e-5):
-                raise CheckFailed(f"case '{case}': your queries attend to the keys of every "
-                                  "data set; data set b must use only keys[b] and values[b]")
-        compare(got, expected, case, "predictions",
-                explain_nan=lambda index: kernel_underflow(
-                     queries[index[0]], keys[index[0]], bandwidth)((index[1],)))
+                raise CheckFailed(
+                    f"case '{case}': your queries attend to the keys of every "
+                    "data set; data set b must use only keys[b] and values[b]"
+                )
+        compare(
+            got,
+            expected,
+            case,
+            "predictions",
+            explain_nan=lambda index: kernel_underflow(
+                queries[index[0]], keys[index[0]], bandwidth
+            )((index[1],)),
+        )
     passed("your batched kernel regression", len(cases))

@@ -11,9 +11,11 @@ def check_masked_softmax(fn, seed=0):
     """Check fn(scores (b, n_q, n_k), valid_lens (b,) or (b, n_q)) -> weights (b, n_q, n_k):
     softmax over the first valid_len keys, zero elsewhere, and all zeros when valid_len is 0.
     Chapter 5, exercise 1."""
-    cases = [("one length per sequence", (2, 2, 4), torch.tensor([2, 3])),
-             ("one length per query", (2, 3, 4), torch.tensor([[1, 3, 4], [2, 2, 4]])),
-             ("a sequence of length 0", (2, 2, 3), torch.tensor([0, 3]))]
+    cases = [
+        ("one length per sequence", (2, 2, 4), torch.tensor([2, 3])),
+        ("one length per query", (2, 3, 4), torch.tensor([[1, 3, 4], [2, 2, 4]])),
+        ("a sequence of length 0", (2, 2, 3), torch.tensor([0, 3])),
+    ]
     answers = (masking.masked_softmax, masking.softmax_with_mask)
     for number, (case, shape, valid_lens) in enumerate(cases):
         scores = random(shape, seed, number)
@@ -22,9 +24,12 @@ def check_masked_softmax(fn, seed=0):
 
         def explain(index, lengths=lengths):
             if lengths[index[0], index[1]] == 0:
-                return ("this query has no valid key, so its softmax is over scores that are all "
-                        "-inf: 0/0 = NaN; return zeros for such rows")
+                return (
+                    "this query has no valid key, so its softmax is over scores that are all "
+                    "-inf: 0/0 = NaN; return zeros for such rows"
+                )
             return None
+
         got = run(fn, (scores, valid_lens), case, forbidden=answers)
         compare(got, expected, case, "weights", explain_nan=explain)
     passed("your masked softmax", len(cases))
@@ -41,19 +46,30 @@ def check_causal_mask(fn, seed=0):
         case = f"{n_queries} queries, {n_keys} keys"
         got = run(fn, (n_queries, n_keys), case, forbidden=(masking.causal_mask,))
         if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
-            raise CheckFailed(f"case '{case}': your mask has dtype {got.dtype}; use torch.bool "
-                              "(True = may attend)")
-        expected = torch.tensor([[key <= query for key in range(n_keys)]
-                                 for query in range(n_queries)])
-        if (isinstance(got, torch.Tensor) and got.shape == expected.shape
-                and not torch.equal(got, expected)):
+            raise CheckFailed(
+                f"case '{case}': your mask has dtype {got.dtype}; use torch.bool "
+                "(True = may attend)"
+            )
+        expected = torch.tensor(
+            [[key <= query for key in range(n_keys)] for query in range(n_queries)]
+        )
+        if (
+            isinstance(got, torch.Tensor)
+            and got.shape == expected.shape
+            and not torch.equal(got, expected)
+        ):
             if torch.equal(got, ~expected):
-                raise CheckFailed(f"case '{case}': your mask is inverted: here True must mean "
-                                  "'may attend', as in scaled_dot_product_attention")
+                raise CheckFailed(
+                    f"case '{case}': your mask is inverted: here True must mean "
+                    "'may attend', as in scaled_dot_product_attention"
+                )
             row, column = (got != expected).nonzero()[0].tolist()
             allowed = "may" if expected[row, column] else "may not"
-            raise CheckFailed(f"case '{case}': query {row} {allowed} attend to key {column}, "
-                              "but your mask says the opposite")
-        compare(got.float() if isinstance(got, torch.Tensor) else got, expected.float(), case,
-                "mask")
+            raise CheckFailed(
+                f"case '{case}': query {row} {allowed} attend to key {column}, "
+                "but your mask says the opposite"
+            )
+        compare(
+            got.float() if isinstance(got, torch.Tensor) else got, expected.float(), case, "mask"
+        )
     passed("your causal mask", len(cases))

@@ -18,34 +18,48 @@ def _rotate_reference(x, positions, pairs, sign=1.0, base=10000.0, step=2):
     d = x.shape[-1]
     exponents = step * torch.arange(d // 2, dtype=torch.float64)
     theta = base ** (-exponents / d)
-    angles = sign * positions.double()[:, None] * theta   # (seq, d/2)
+    angles = sign * positions.double()[:, None] * theta  # (seq, d/2)
     cos, sin = angles.cos(), angles.sin()
     if pairs == "half":
-        a, b = x[..., : d // 2], x[..., d // 2:]
+        a, b = x[..., : d // 2], x[..., d // 2 :]
         return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
 
 
 _ROTARY_MISTAKES = (
-    (dict(pairs="adjacent"), "you paired neighbouring dimensions (2i, 2i+1); "
-     "this exercise pairs dimension i with i + head_dim/2, as Llama does"),
-    (dict(pairs="half", sign=-1.0), "you rotated by -m theta_i: "
-     "the second half is x_i sin + x_(i+d/2) cos, the first x_i cos - x_(i+d/2) sin"),
-    (dict(pairs="half", step=1), "your frequencies are base^(-i/d); pair i "
-     "turns at theta_i = base^(-2i/d), i = 0 .. d/2 - 1 (the exponents "
-     "torch.arange(0, d, 2) / d)"),
+    (
+        dict(pairs="adjacent"),
+        "you paired neighbouring dimensions (2i, 2i+1); "
+        "this exercise pairs dimension i with i + head_dim/2, as Llama does",
+    ),
+    (
+        dict(pairs="half", sign=-1.0),
+        "you rotated by -m theta_i: "
+        "the second half is x_i sin + x_(i+d/2) cos, the first x_i cos - x_(i+d/2) sin",
+    ),
+    (
+        dict(pairs="half", step=1),
+        "your frequencies are base^(-i/d); pair i "
+        "turns at theta_i = base^(-2i/d), i = 0 .. d/2 - 1 (the exponents "
+        "torch.arange(0, d, 2) / d)",
+    ),
 )
 
 
 def _rotary_cases(seed):
-    cases = [("head_dim 2, positions 0..3", 4, 2),
-             ("head_dim 8, positions 0..5", 6, 8),
-             ("head_dim 16, scattered positions below 5000", 7, 16)]
+    cases = [
+        ("head_dim 2, positions 0..3", 4, 2),
+        ("head_dim 8, positions 0..5", 6, 8),
+        ("head_dim 16, scattered positions below 5000", 7, 16),
+    ]
     if seed:
-        cases = [(f"random case {n}", seq, 2 * half) for n, (seq, half) in
-                 enumerate(zip(integers(seed, 3, 1, 12, 90),
-                               integers(seed, 3, 1, 12, 91)))]
+        cases = [
+            (f"random case {n}", seq, 2 * half)
+            for n, (seq, half) in enumerate(
+                zip(integers(seed, 3, 1, 12, 90), integers(seed, 3, 1, 12, 91))
+            )
+        ]
     for number, (case, seq, d) in enumerate(cases):
         positions = torch.arange(seq)
         if number == 2:
@@ -92,24 +106,30 @@ def check_rotary_attention(fn, seed=0):
     n_cases = 0
     for case, x, _ in _rotary_cases(seed):
         seq, d_model = x.shape
-        d = d_model + 2                    # the head size differs from d_model
-        w_q, w_k, w_v = (random((d_model, d), seed, 100 + k) / d_model**0.5
-                         for k in range(3))
+        d = d_model + 2  # the head size differs from d_model
+        w_q, w_k, w_v = (random((d_model, d), seed, 100 + k) / d_model**0.5 for k in range(3))
         weights = (x, w_q, w_k, w_v)
         expected = _rotary_attention_reference(*weights, d**-0.5)
         got = run(fn, weights, case, forbidden=(rotary.apply_rotary,))
         mistakes = [
-            (_rotary_attention_reference(*weights, d**-0.5, True),
-             "you rotated the values too; RoPE turns only queries and keys"),
-            (_rotary_attention_reference(*weights, 1.0),
-             "the scores are not scaled; divide them by sqrt(d)"),
-            (_rotary_attention_reference(*weights, d_model**-0.5),
-             "you scaled by sqrt(d_model); the scale is sqrt(d), the size of "
-             "queries and keys")]
+            (
+                _rotary_attention_reference(*weights, d**-0.5, True),
+                "you rotated the values too; RoPE turns only queries and keys",
+            ),
+            (
+                _rotary_attention_reference(*weights, 1.0),
+                "the scores are not scaled; divide them by sqrt(d)",
+            ),
+            (
+                _rotary_attention_reference(*weights, d_model**-0.5),
+                "you scaled by sqrt(d_model); the scale is sqrt(d), the size of queries and keys",
+            ),
+        ]
         if isinstance(got, torch.Tensor) and got.shape == expected.shape and seq > 1:
             for wrong, hint in mistakes:
-                if (torch.allclose(got.detach().double(), wrong, atol=1e-4)
-                        and not torch.allclose(wrong, expected, atol=1e-4)):
+                if torch.allclose(got.detach().double(), wrong, atol=1e-4) and not torch.allclose(
+                    wrong, expected, atol=1e-4
+                ):
                     raise CheckFailed(f"case '{case}': {hint}")
         compare(got, expected, case, "attention output", atol=1e-4)
         n_cases += 1
@@ -119,10 +139,10 @@ def check_rotary_attention(fn, seed=0):
 def _llama3_reference(theta, factor, low, high, context, mistake=None):
     """float64 Llama 3.1 frequencies, or one of the usual mistakes."""
     theta = theta.double()
-    turns = context * theta / (2 * math.pi)       # r_i, turns over C
+    turns = context * theta / (2 * math.pi)  # r_i, turns over C
     if mistake == "radians":
         turns = context * theta
-    blend = ((turns - low) / (high - low)).clamp(0, 1)   # 1 kept, 0 divided
+    blend = ((turns - low) / (high - low)).clamp(0, 1)  # 1 kept, 0 divided
     inside = (blend > 0) & (blend < 1)
     if mistake == "inverted":
         blend = 1 - blend
@@ -136,47 +156,80 @@ def _llama3_reference(theta, factor, low, high, context, mistake=None):
     return theta * (blend + (1 - blend) * divisor)
 
 
-_SWAPPED = ("you divided the fast pairs and kept the slow ones; pairs that "
-            "turn more than high_freq_factor times over the context are kept, "
-            "those turning fewer than low_freq_factor times divided by factor")
+_SWAPPED = (
+    "you divided the fast pairs and kept the slow ones; pairs that "
+    "turn more than high_freq_factor times over the context are kept, "
+    "those turning fewer than low_freq_factor times divided by factor"
+)
 _LLAMA3_MISTAKES = {
     "swapped": _SWAPPED,
     "inverted": _SWAPPED,
     "blend reversed": "in the middle band the two weights are swapped: "
-                      "gamma_i = (r_i - low) / (high - low) multiplies "
-                      "theta_i (kept), 1 - gamma_i multiplies theta_i / "
-                      "factor",
+    "gamma_i = (r_i - low) / (high - low) multiplies "
+    "theta_i (kept), 1 - gamma_i multiplies theta_i / "
+    "factor",
     "cut at low": "the pairs between the bounds (low_freq_factor < r_i < "
-                  "high_freq_factor turns) are blended, not kept: "
-                  "gamma_i theta_i + (1 - gamma_i) theta_i / factor",
+    "high_freq_factor turns) are blended, not kept: "
+    "gamma_i theta_i + (1 - gamma_i) theta_i / factor",
     "cut at high": "the pairs between the bounds (low_freq_factor < r_i < "
-                   "high_freq_factor turns) are blended, not divided: "
-                   "gamma_i theta_i + (1 - gamma_i) theta_i / factor",
+    "high_freq_factor turns) are blended, not divided: "
+    "gamma_i theta_i + (1 - gamma_i) theta_i / factor",
     "radians": "r_i, the number of turns over the context, is "
-               "context * theta_i / (2 pi): one turn is 2 pi radians",
+    "context * theta_i / (2 pi): one turn is 2 pi radians",
     "multiplied": "the slow pairs must turn slower: divide their frequency "
-                  "by factor, do not multiply it",
+    "by factor, do not multiply it",
 }
 
 
 def _llama3_cases(seed):
     """(case, theta (d/2,), factor, low, high, context)."""
-    cases = [("Llama 3.1 8B: d 128, base 500,000, factor 8, bounds 1 and 4 "
-              "turns, context 8,192", 128, 5e5, 8.0, 1.0, 4.0, 8192),
-             ("Llama 3.2 1B: d 64, base 500,000, factor 32, bounds 1 and 4 "
-              "turns, context 8,192", 64, 5e5, 32.0, 1.0, 4.0, 8192),
-             ("d 16, base 10,000, factor 4, bounds 1 and 4 turns, context "
-              "600", 16, 1e4, 4.0, 1.0, 4.0, 600)]
+    cases = [
+        (
+            "Llama 3.1 8B: d 128, base 500,000, factor 8, bounds 1 and 4 turns, context 8,192",
+            128,
+            5e5,
+            8.0,
+            1.0,
+            4.0,
+            8192,
+        ),
+        (
+            "Llama 3.2 1B: d 64, base 500,000, factor 32, bounds 1 and 4 turns, context 8,192",
+            64,
+            5e5,
+            32.0,
+            1.0,
+            4.0,
+            8192,
+        ),
+        (
+            "d 16, base 10,000, factor 4, bounds 1 and 4 turns, context 600",
+            16,
+            1e4,
+            4.0,
+            1.0,
+            4.0,
+            600,
+        ),
+    ]
     if seed:
         halves = integers(seed, 3, 4, 65, 140)
         factors = integers(seed, 3, 2, 33, 141)
         contexts = integers(seed, 3, 256, 16385, 142)
         lows = integers(seed, 3, 1, 3, 143)
-        cases = [(f"random case {n}: d {2 * h}, factor {f}, bounds {low} and "
-                  f"{4 * low} turns, context {c}", 2 * h, 1e4 * 50 ** (n % 2),
-                  float(f), float(low), 4.0 * low, c)
-                 for n, (h, f, c, low) in
-                 enumerate(zip(halves, factors, contexts, lows))]
+        cases = [
+            (
+                f"random case {n}: d {2 * h}, factor {f}, bounds {low} and "
+                f"{4 * low} turns, context {c}",
+                2 * h,
+                1e4 * 50 ** (n % 2),
+                float(f),
+                float(low),
+                4.0 * low,
+                c,
+            )
+            for n, (h, f, c, low) in enumerate(zip(halves, factors, contexts, lows))
+        ]
     for case, d, base, factor, low, high, context in cases:
         theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
         yield case, theta, factor, low, high, context
@@ -194,19 +247,15 @@ def check_llama3_frequencies(fn, seed=0):
     n_cases = 0
     for case, theta, *options in _llama3_cases(seed):
         expected = _llama3_reference(theta, *options)
-        got = run(fn, (theta.clone(), *options), case,
-                  forbidden=(rotary.rotary_frequencies,))
+        got = run(fn, (theta.clone(), *options), case, forbidden=(rotary.rotary_frequencies,))
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
             for mistake, hint in _LLAMA3_MISTAKES.items():
                 wrong = _llama3_reference(theta, *options, mistake=mistake)
-                if (torch.allclose(got.detach().double() / theta,
-                                   wrong / theta, rtol=0, atol=1e-6)
-                        and not torch.allclose(wrong / theta, expected / theta,
-                                               rtol=0, atol=1e-6)):
+                if torch.allclose(
+                    got.detach().double() / theta, wrong / theta, rtol=0, atol=1e-6
+                ) and not torch.allclose(wrong / theta, expected / theta, rtol=0, atol=1e-6):
                     raise CheckFailed(f"case '{case}': {hint}")
             got = got.detach().double() / theta
-        compare(got, expected / theta, case,
-                "frequency ratio theta'_i / theta_i",
-                atol=1e-6)
+        compare(got, expected / theta, case, "frequency ratio theta'_i / theta_i", atol=1e-6)
         n_cases += 1
     passed("your Llama 3.1 frequencies", n_cases)

@@ -26,24 +26,27 @@ def _window_cases(seed):
     """(case, query positions, key positions, window) for the sliding-window
     checks: a decoding step, a chunk of new queries, a window wider than the
     sequence, and keys left after older ones were evicted."""
-    cases = [("one new token at position 9, window 4", [9], range(10), 4),
-             ("a chunk of 4 new tokens, window 3", range(6, 10), range(10), 3),
-             ("window 100 wider than the sequence", range(3, 7), range(7), 100),
-             ("keys 5..10 left in the cache, window 5", [10], range(5, 11), 5)]
+    cases = [
+        ("one new token at position 9, window 4", [9], range(10), 4),
+        ("a chunk of 4 new tokens, window 3", range(6, 10), range(10), 3),
+        ("window 100 wider than the sequence", range(3, 7), range(7), 100),
+        ("keys 5..10 left in the cache, window 5", [10], range(5, 11), 5),
+    ]
     if seed:
         lengths = integers(seed, 3, 2, 12, 110)
         windows = integers(seed, 3, 1, 8, 111)
-        cases = [(f"random case {n}: {m} tokens, window {w}",
-                  range(m - 1 - n, m), range(m), w)
-                 for n, (m, w) in enumerate(zip(lengths, windows)) if m > n]
+        cases = [
+            (f"random case {n}: {m} tokens, window {w}", range(m - 1 - n, m), range(m), w)
+            for n, (m, w) in enumerate(zip(lengths, windows))
+            if m > n
+        ]
     for case, queries, keys, window in cases:
         yield case, torch.tensor(list(queries)), torch.tensor(list(keys)), window
 
 
 def _window_by_loops(queries, keys, window, inclusive=False):
-    reach = window + 1 if inclusive else window    # keys t - reach < s <= t
-    return torch.tensor([[t - reach < s <= t for s in keys.tolist()]
-                         for t in queries.tolist()])
+    reach = window + 1 if inclusive else window  # keys t - reach < s <= t
+    return torch.tensor([[t - reach < s <= t for s in keys.tolist()] for t in queries.tolist()])
 
 
 @self_check
@@ -55,41 +58,51 @@ def check_sliding_window_mask(fn, seed=0):
     n_cases = 0
     for case, queries, keys, window in _window_cases(seed):
         expected = _window_by_loops(queries, keys, window)
-        got = run(fn, (queries, keys, window), case,
-                  forbidden=(masking.decoding_mask,))
+        got = run(fn, (queries, keys, window), case, forbidden=(masking.decoding_mask,))
         if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
-            raise CheckFailed(f"case '{case}': your mask has dtype {got.dtype}; "
-                              "use torch.bool (True = may attend)")
+            raise CheckFailed(
+                f"case '{case}': your mask has dtype {got.dtype}; "
+                "use torch.bool (True = may attend)"
+            )
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-            hints = [(~expected, "your mask is inverted: True must mean "
-                                 "'may attend'"),
-                     (_window_by_loops(queries, keys, window, inclusive=True),
-                      "your window lets a query see window + 1 keys; with "
-                      "window W it sees itself and the W - 1 keys before it"),
-                     (torch.ones(len(queries), len(keys), dtype=torch.bool).tril(),
-                      "your mask is aligned top-left by index; compare "
-                      "positions instead (new queries come after the cache)")]
+            hints = [
+                (~expected, "your mask is inverted: True must mean 'may attend'"),
+                (
+                    _window_by_loops(queries, keys, window, inclusive=True),
+                    "your window lets a query see window + 1 keys; with "
+                    "window W it sees itself and the W - 1 keys before it",
+                ),
+                (
+                    torch.ones(len(queries), len(keys), dtype=torch.bool).tril(),
+                    "your mask is aligned top-left by index; compare "
+                    "positions instead (new queries come after the cache)",
+                ),
+            ]
             for wrong, hint in hints:
                 if torch.equal(got, wrong) and not torch.equal(wrong, expected):
                     raise CheckFailed(f"case '{case}': {hint}")
-        compare(got.float() if isinstance(got, torch.Tensor) else got,
-                expected.float(), case, "mask")
+        compare(
+            got.float() if isinstance(got, torch.Tensor) else got, expected.float(), case, "mask"
+        )
         n_cases += 1
     passed("your sliding-window mask", n_cases)
 
 
 def _cache_cases(seed):
     """(case, held keys, new keys, window) for check_cache_append."""
-    shapes = [("empty cache, a prompt of 5, no window", 0, 5, None),
-              ("4 held, 1 new, window 3", 4, 1, 3),
-              ("2 held, 3 new, window 4", 2, 3, 4),
-              ("6 held, 1 new, window 10", 6, 1, 10)]
+    shapes = [
+        ("empty cache, a prompt of 5, no window", 0, 5, None),
+        ("4 held, 1 new, window 3", 4, 1, 3),
+        ("2 held, 3 new, window 4", 2, 3, 4),
+        ("6 held, 1 new, window 10", 6, 1, 10),
+    ]
     if seed:
         held = integers(seed, 3, 0, 8, 120)
         new = integers(seed, 3, 1, 5, 121)
         windows = integers(seed, 3, 1, 7, 122)
-        shapes = [(f"random case {n}", h, t, w)
-                  for n, (h, t, w) in enumerate(zip(held, new, windows))]
+        shapes = [
+            (f"random case {n}", h, t, w) for n, (h, t, w) in enumerate(zip(held, new, windows))
+        ]
     for number, (case, held, new, window) in enumerate(shapes):
         keys = random((2, 3, held + new, 4), seed, 130 + number)
         yield case, keys[:, :, :held], keys[:, :, held:], window
@@ -105,26 +118,35 @@ def check_cache_append(fn, seed=0):
     for case, held, new, window in _cache_cases(seed):
         tokens = [held[:, :, i] for i in range(held.shape[2])]
         tokens += [new[:, :, i] for i in range(new.shape[2])]
-        expected_all = torch.stack(tokens, dim=2)      # token by token
+        expected_all = torch.stack(tokens, dim=2)  # token by token
         start = 0 if window is None else max(0, len(tokens) - window)
         expected_kept = torch.stack(tokens[start:], dim=2)
         got = run(fn, (held.clone(), new.clone(), window), case)
         if not (isinstance(got, tuple) and len(got) == 2):
-            raise CheckFailed(f"case '{case}': return two tensors, "
-                              "(attend_to, kept)")
+            raise CheckFailed(f"case '{case}': return two tensors, (attend_to, kept)")
         attend_to, kept = got
-        if (isinstance(attend_to, torch.Tensor)
-                and attend_to.shape == expected_kept.shape
-                and expected_kept.shape != expected_all.shape):
-            raise CheckFailed(f"case '{case}': attend_to holds only the last "
-                              "window tokens; the new queries must see every "
-                              "held key and the new ones before anything is "
-                              "dropped")
-        if (isinstance(kept, torch.Tensor) and kept.shape == expected_kept.shape
-                and window is not None and window < len(tokens)
-                and torch.equal(kept, expected_all[:, :, :window])):
-            raise CheckFailed(f"case '{case}': you kept the first window "
-                              "tokens; a sliding window keeps the last ones")
+        if (
+            isinstance(attend_to, torch.Tensor)
+            and attend_to.shape == expected_kept.shape
+            and expected_kept.shape != expected_all.shape
+        ):
+            raise CheckFailed(
+                f"case '{case}': attend_to holds only the last "
+                "window tokens; the new queries must see every "
+                "held key and the new ones before anything is "
+                "dropped"
+            )
+        if (
+            isinstance(kept, torch.Tensor)
+            and kept.shape == expected_kept.shape
+            and window is not None
+            and window < len(tokens)
+            and torch.equal(kept, expected_all[:, :, :window])
+        ):
+            raise CheckFailed(
+                f"case '{case}': you kept the first window "
+                "tokens; a sliding window keeps the last ones"
+            )
         compare(attend_to, expected_all, case, "attend_to")
         compare(kept, expected_kept, case, "kept")
         n_cases += 1
@@ -135,20 +157,24 @@ def check_cache_append(fn, seed=0):
 
 _MASK_HINTS = {
     "top-left": "your mask is aligned top-left (is_causal=True, or tril() "
-                "without an offset): L new queries after S - L cached keys "
-                "sit at positions S - L ... S - 1, so query i may see keys "
-                "0 ... S - L + i; use the bottom-right mask, torch.ones(L, S, "
-                "dtype=torch.bool).tril(S - L)",
+    "without an offset): L new queries after S - L cached keys "
+    "sit at positions S - L ... S - 1, so query i may see keys "
+    "0 ... S - L + i; use the bottom-right mask, torch.ones(L, S, "
+    "dtype=torch.bool).tril(S - L)",
     "none": "the prompt's queries see keys after them: a prompt (or a chunk "
-            "of it) needs the causal mask, bottom-right aligned after the "
-            "cache, torch.ones(L, S, dtype=torch.bool).tril(S - L)",
+    "of it) needs the causal mask, bottom-right aligned after the "
+    "cache, torch.ones(L, S, dtype=torch.bool).tril(S - L)",
 }
-_POSITIONS_HINT = ("the RoPE positions restart at 0 at every step (or chunk): "
-                   "the new tokens continue the text, so their positions are "
-                   "cache.seen, cache.seen + 1, ... (read before the update)")
-_REFEED_HINT = ("the prompt's last token is read again after the prefill, so "
-                "its key and value are appended twice: after the prefill, "
-                "read only the newly generated token")
+_POSITIONS_HINT = (
+    "the RoPE positions restart at 0 at every step (or chunk): "
+    "the new tokens continue the text, so their positions are "
+    "cache.seen, cache.seen + 1, ... (read before the update)"
+)
+_REFEED_HINT = (
+    "the prompt's last token is read again after the prefill, so "
+    "its key and value are appended twice: after the prefill, "
+    "read only the newly generated token"
+)
 
 
 def _generation_mask(mode, n_new, n_all, positions, cache):
@@ -160,7 +186,7 @@ def _generation_mask(mode, n_new, n_all, positions, cache):
         return masking.decoding_mask(positions, cache.key_positions)
     if mode == "top-left" or (mode == "top-left-prefill" and n_new > 1):
         return ones.tril()
-    return ones                     # "none", or one token without a mask
+    return ones  # "none", or one token without a mask
 
 
 def _layer_by_hand(block, x, positions, cache, mask_mode):
@@ -169,43 +195,44 @@ def _layer_by_hand(block, x, positions, cache, mask_mode):
     q = layer.q_proj(h).unflatten(-1, (layer.num_heads, -1)).transpose(1, 2)
     k = layer.k_proj(h).unflatten(-1, (layer.num_kv_heads, -1)).transpose(1, 2)
     v = layer.v_proj(h).unflatten(-1, (layer.num_kv_heads, -1)).transpose(1, 2)
-    q = rotary.apply_rotary(q, positions, block.base)       # (batch, H, L, d_h)
+    q = rotary.apply_rotary(q, positions, block.base)  # (batch, H, L, d_h)
     k, v = cache.update(rotary.apply_rotary(k, positions, block.base), v)
     group = layer.num_heads // layer.num_kv_heads
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     mask = _generation_mask(mask_mode, q.shape[2], k.shape[2], positions, cache)
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
-        ~mask, -math.inf)                                   # (batch, H, L, S)
+        ~mask, -math.inf
+    )  # (batch, H, L, S)
     heads = torch.softmax(scores, -1) @ v
     x = x + layer.out_proj(heads.transpose(1, 2).flatten(2))
     h = block.mlp_norm(x)
-    return x + block.down_proj(
-        torch.nn.functional.silu(block.gate_proj(h)) * block.up_proj(h))
+    return x + block.down_proj(torch.nn.functional.silu(block.gate_proj(h)) * block.up_proj(h))
 
 
 @torch.no_grad()
-def _generate_by_hand(model, ids, max_new_tokens, chunk, positions="absolute",
-                      mask="bottom-right", refeed=False):
+def _generate_by_hand(
+    model, ids, max_new_tokens, chunk, positions="absolute", mask="bottom-right", refeed=False
+):
     """Cached greedy decoding, right (the defaults) or with one of the usual
     slips: positions "restart" at 0 on every call, a mask aligned "top-left"
     (always, or "top-left-prefill": only on chunks of several tokens) or
     "none", the prompt's last token read again after the prefill (refeed)."""
     caches = [decoding.KVCache() for _ in model.blocks]
 
-    def read(new):                            # (batch, L) -> last logits
+    def read(new):  # (batch, L) -> last logits
         start = 0 if positions == "restart" else caches[0].seen
         where = torch.arange(start, start + new.shape[1])
         x = model.embed(new)
         for block, cache in zip(model.blocks, caches):
             x = _layer_by_hand(block, x, where, cache, mask)
-        return model.lm_head(model.norm(x[:, -1]))          # (batch, vocab)
+        return model.lm_head(model.norm(x[:, -1]))  # (batch, vocab)
 
     step = chunk or ids.shape[1]
     for start in range(0, ids.shape[1], step):
-        logits = read(ids[:, start:start + step])
+        logits = read(ids[:, start : start + step])
     tokens = ids
     for number in range(max_new_tokens):
-        if refeed:                     # read the last token, generated or not
+        if refeed:  # read the last token, generated or not
             logits = read(tokens[:, -1:])
         tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
         if not refeed and number < max_new_tokens - 1:
@@ -219,10 +246,11 @@ _GENERATION_SLIPS = [
     (dict(mask="top-left-prefill"), [_MASK_HINTS["top-left"]]),
     (dict(mask="top-left"), [_MASK_HINTS["top-left"]]),
     (dict(mask="none"), [_MASK_HINTS["none"]]),
-    (dict(positions="restart", mask="top-left-prefill"),
-     [_POSITIONS_HINT, _MASK_HINTS["top-left"]]),
-    (dict(positions="restart", mask="top-left"),
-     [_POSITIONS_HINT, _MASK_HINTS["top-left"]]),
+    (
+        dict(positions="restart", mask="top-left-prefill"),
+        [_POSITIONS_HINT, _MASK_HINTS["top-left"]],
+    ),
+    (dict(positions="restart", mask="top-left"), [_POSITIONS_HINT, _MASK_HINTS["top-left"]]),
     (dict(refeed=True), [_REFEED_HINT]),
 ]
 
@@ -230,34 +258,43 @@ _GENERATION_SLIPS = [
 def _generation_cases(seed):
     """(case, model, ids (batch, P), max_new_tokens, chunk): small random
     float64 TinyDecoders (multi-head, grouped-query, multi-query)."""
-    shapes = [("a prompt of 6 tokens, 8 new, 4 heads sharing 2 KV heads",
-               1, 6, 8, None, 2),
-              ("a one-token prompt, 10 new, multi-head", 1, 1, 10, None, 4),
-              ("a prompt of 9 tokens in chunks of 4, 6 new, multi-query",
-               1, 9, 6, 4, 1),
-              ("2 prompts of 7 tokens in chunks of 3, 5 new", 2, 7, 5, 3, 2)]
+    shapes = [
+        ("a prompt of 6 tokens, 8 new, 4 heads sharing 2 KV heads", 1, 6, 8, None, 2),
+        ("a one-token prompt, 10 new, multi-head", 1, 1, 10, None, 4),
+        ("a prompt of 9 tokens in chunks of 4, 6 new, multi-query", 1, 9, 6, 4, 1),
+        ("2 prompts of 7 tokens in chunks of 3, 5 new", 2, 7, 5, 3, 2),
+    ]
     if seed:
         lengths = integers(seed, 4, 5, 13, 160)
         new = integers(seed, 4, 3, 11, 161)
         chunks = integers(seed, 4, 2, 5, 162)
-        shapes = [(f"random case {n}: {1 + n % 2} prompt(s) of {p} tokens"
-                   + (f" in chunks of {c}" if n % 2 else "") + f", {t} new",
-                   1 + n % 2, p, t, c if n % 2 else None, (4, 2, 1, 2)[n])
-                  for n, (p, t, c) in enumerate(zip(lengths, new, chunks))]
-    for number, (case, batch, prompt, new, chunk, kv_heads) in enumerate(
-            shapes):
+        shapes = [
+            (
+                f"random case {n}: {1 + n % 2} prompt(s) of {p} tokens"
+                + (f" in chunks of {c}" if n % 2 else "")
+                + f", {t} new",
+                1 + n % 2,
+                p,
+                t,
+                c if n % 2 else None,
+                (4, 2, 1, 2)[n],
+            )
+            for n, (p, t, c) in enumerate(zip(lengths, new, chunks))
+        ]
+    for number, (case, batch, prompt, new, chunk, kv_heads) in enumerate(shapes):
         with torch.random.fork_rng(devices=[]):  # the caller's seed stays
             torch.manual_seed(1234 + 1000 * seed + 170 + number)
             model = decoding.TinyDecoder(29, 32, 4, kv_heads, 2).double()
-        with torch.no_grad():    # attention, and so positions, decide tokens
+        with torch.no_grad():  # attention, and so positions, decide tokens
             model.embed.weight.mul_(0.2)
             for block in model.blocks:
-                for projection, scale in ((block.attention.q_proj, 2.5),
-                                          (block.attention.k_proj, 2.5),
-                                          (block.attention.v_proj, 2.0)):
+                for projection, scale in (
+                    (block.attention.q_proj, 2.5),
+                    (block.attention.k_proj, 2.5),
+                    (block.attention.v_proj, 2.0),
+                ):
                     projection.weight.mul_(scale)
-        ids = torch.randint(0, 29, (batch, prompt),
-                            generator=generator(seed, 180 + number))
+        ids = torch.randint(0, 29, (batch, prompt), generator=generator(seed, 180 + number))
         yield case, model.eval(), ids, new, chunk
 
 
@@ -265,15 +302,18 @@ def _without_shortcuts(model):
     """A copy of model whose forward passes (the model's and its blocks') and
     generate raise _Delegated: the answer must wire the blocks' parts."""
     copy = copy_module.deepcopy(model)
-    shortcuts = [(copy, "forward", "model(...)"),
-                 (copy, "generate", "model.generate"),
-                 (copy, "forward_with_weights", "model.forward_with_weights")]
+    shortcuts = [
+        (copy, "forward", "model(...)"),
+        (copy, "generate", "model.generate"),
+        (copy, "forward_with_weights", "model.forward_with_weights"),
+    ]
     for block in copy.blocks:
-        shortcuts += [(block, "forward", "block(...)"),
-                      (block, "attend", "block.attend"),
-                      (block, "_attend", "block._attend"),
-                      (block, "forward_with_weights",
-                       "block.forward_with_weights")]
+        shortcuts += [
+            (block, "forward", "block(...)"),
+            (block, "attend", "block.attend"),
+            (block, "_attend", "block._attend"),
+            (block, "forward_with_weights", "block.forward_with_weights"),
+        ]
     for module, name, shown in shortcuts:
         object.__setattr__(module, name, tripwire(shown))
     return copy
@@ -301,21 +341,27 @@ def _generation_hint(model, ids, new, chunk, got, expected, appended, read):
     explains them, or None."""
     text, layers = ids.shape[1] + new, len(model.blocks)
     if appended and len(appended) < layers:
-        return (f"your function fills {len(appended)} KVCache for {layers} "
-                "layers: every layer keeps its own keys and values, so one "
-                "KVCache per block")
+        return (
+            f"your function fills {len(appended)} KVCache for {layers} "
+            "layers: every layer keeps its own keys and values, so one "
+            "KVCache per block"
+        )
     if appended and max(appended.values()) > text:
-        return (f"a cache received {max(appended.values())} tokens for a "
-                f"text of {text}: each token's key and value are appended "
-                "once (one cache.update per layer and step)")
+        return (
+            f"a cache received {max(appended.values())} tokens for a "
+            f"text of {text}: each token's key and value are appended "
+            "once (one cache.update per layer and step)"
+        )
     for options, hints in _GENERATION_SLIPS:
         wrong = _generate_by_hand(model, ids, new, chunk, **options)
         if torch.equal(got, wrong) and not torch.equal(wrong, expected):
             return "; and ".join(hints)
     if sum(read) > text:
-        return (f"your function reads {sum(read)} token positions for a "
-                f"text of {text}: with the cache each token goes through the "
-                "model once")
+        return (
+            f"your function reads {sum(read)} token positions for a "
+            f"text of {text}: with the cache each token goes through the "
+            "model once"
+        )
     return None
 
 
@@ -333,37 +379,54 @@ def check_generate_cached(fn, seed=0):
         learners = _without_shortcuts(model)
         appended, read = {}, []
         learners.embed.register_forward_hook(
-            lambda module, args, output: read.append(args[0].shape[-1]))
+            lambda module, args, output: read.append(args[0].shape[-1])
+        )
         with _counting_appends(appended), torch.no_grad():
-            got = run(fn, (learners, ids.clone(), new), case,
-                      kwargs={"chunk": chunk})
-        if (isinstance(got, torch.Tensor) and got.dim() == 2
-                and got.shape[1] == new < expected.shape[1]):
-            raise CheckFailed(f"case '{case}': you returned the {new} new "
-                              "tokens only; return the prompt followed by "
-                              "them, (batch, P + max_new_tokens)")
+            got = run(fn, (learners, ids.clone(), new), case, kwargs={"chunk": chunk})
+        if (
+            isinstance(got, torch.Tensor)
+            and got.dim() == 2
+            and got.shape[1] == new < expected.shape[1]
+        ):
+            raise CheckFailed(
+                f"case '{case}': you returned the {new} new "
+                "tokens only; return the prompt followed by "
+                "them, (batch, P + max_new_tokens)"
+            )
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
             got = got.detach().cpu()
             if not torch.equal(got, expected):
-                hint = _generation_hint(model, ids, new, chunk, got,
-                                        expected, appended, read)
+                hint = _generation_hint(model, ids, new, chunk, got, expected, appended, read)
                 row, column = (got != expected).nonzero()[0].tolist()
                 raise CheckFailed(
-                    f"case '{case}': " + (hint or (
-                        f"row {row}, token {column} is {got[row, column]}, "
-                        f"generation without a cache gives "
-                        f"{expected[row, column]}")))
+                    f"case '{case}': "
+                    + (
+                        hint
+                        or (
+                            f"row {row}, token {column} is {got[row, column]}, "
+                            f"generation without a cache gives "
+                            f"{expected[row, column]}"
+                        )
+                    )
+                )
             if chunk and max(read, default=0) > chunk:
                 raise CheckFailed(
                     f"case '{case}': your function reads {max(read)} tokens "
                     f"at once; read the prompt in chunks of at most "
-                    f"chunk={chunk} tokens")
+                    f"chunk={chunk} tokens"
+                )
             if sum(read) > ids.shape[1] + new:
                 raise CheckFailed(
                     f"case '{case}': your function reads {sum(read)} token "
                     f"positions for a text of {ids.shape[1] + new}: with the "
-                    "cache each token goes through the model once")
-        compare(got.to(torch.int64) if isinstance(got, torch.Tensor) else got,
-                expected, case, "tokens", atol=0)
+                    "cache each token goes through the model once"
+                )
+        compare(
+            got.to(torch.int64) if isinstance(got, torch.Tensor) else got,
+            expected,
+            case,
+            "tokens",
+            atol=0,
+        )
         n_cases += 1
     passed("your cached generation", n_cases)

@@ -13,8 +13,9 @@ from .. import measure, tiled
 from .core import CheckFailed, NotAnswered, compare, integers, passed, random, run, self_check
 
 _FlashCase = collections.namedtuple(
-    "_FlashCase", "name batch n_queries n_keys dim value_dim query_block "
-    "key_block is_causal dtype magnitude")
+    "_FlashCase",
+    "name batch n_queries n_keys dim value_dim query_block key_block is_causal dtype magnitude",
+)
 
 
 def _flash_cases(seed):
@@ -23,36 +24,44 @@ def _flash_cases(seed):
     case, f64 = _FlashCase, torch.float64
     if seed:
         sizes = integers(seed, 24, 1, 41, 160)
-        return [case(f"random case {n}", (2,), sizes[n], sizes[n + 6],
-                     4 * (1 + sizes[n + 12] % 2), 4, 1 + sizes[n + 18] % 12,
-                     1 + sizes[n + 12] % 11, bool(sizes[n] % 2), f64, 1)
-                for n in range(6)]
+        return [
+            case(
+                f"random case {n}",
+                (2,),
+                sizes[n],
+                sizes[n + 6],
+                4 * (1 + sizes[n + 12] % 2),
+                4,
+                1 + sizes[n + 18] % 12,
+                1 + sizes[n + 12] % 11,
+                bool(sizes[n] % 2),
+                f64,
+                1,
+            )
+            for n in range(6)
+        ]
     return [
         case("no mask, no batch", (), 20, 13, 8, 6, 8, 5, False, f64, 1),
-        case("causal, key blocks smaller", (2,), 30, 30, 8, 8, 8, 4, True,
-             f64, 1),
-        case("causal, key blocks larger", (2, 2), 29, 29, 4, 4, 4, 7, True,
-             f64, 1),
-        case("causal, fewer keys than queries", (2,), 23, 11, 8, 5, 5, 3,
-             True, f64, 1),
-        case("causal, scores around 1e3", (2,), 25, 25, 8, 8, 6, 5, True, f64,
-             30),
-        case("no mask, float32", (2,), 40, 36, 4, 4, 8, 6, False,
-             torch.float32, 1),
-        case("one tile holds everything", (1,), 6, 6, 4, 4, 16, 16, True, f64,
-             1),
+        case("causal, key blocks smaller", (2,), 30, 30, 8, 8, 8, 4, True, f64, 1),
+        case("causal, key blocks larger", (2, 2), 29, 29, 4, 4, 4, 7, True, f64, 1),
+        case("causal, fewer keys than queries", (2,), 23, 11, 8, 5, 5, 3, True, f64, 1),
+        case("causal, scores around 1e3", (2,), 25, 25, 8, 8, 6, 5, True, f64, 30),
+        case("no mask, float32", (2,), 40, 36, 4, 4, 8, 6, False, torch.float32, 1),
+        case("one tile holds everything", (1,), 6, 6, 4, 4, 16, 16, True, f64, 1),
     ]
 
 
 def _flash_inputs(case, seed, number):
     """Query, key and value (requiring gradients) and the output's gradient."""
-    shapes = [(*case.batch, case.n_queries, case.dim),
-              (*case.batch, case.n_keys, case.dim),
-              (*case.batch, case.n_keys, case.value_dim),
-              (*case.batch, case.n_queries, case.value_dim)]
+    shapes = [
+        (*case.batch, case.n_queries, case.dim),
+        (*case.batch, case.n_keys, case.dim),
+        (*case.batch, case.n_keys, case.value_dim),
+        (*case.batch, case.n_queries, case.value_dim),
+    ]
     q, k, v, grad_output = (
-        random(shape, seed, 170 + 4 * number + i).to(case.dtype)
-        for i, shape in enumerate(shapes))
+        random(shape, seed, 170 + 4 * number + i).to(case.dtype) for i, shape in enumerate(shapes)
+    )
     q, k = q * case.magnitude, k * case.magnitude
     return [t.requires_grad_() for t in (q, k, v)], grad_output
 
@@ -69,8 +78,10 @@ def _flash_tiles(case, by_index=False):
                 continue
             mask = None
             if case.is_causal:
-                mask = (torch.arange(cols.start, cols.stop)[None, :]
-                        > torch.arange(rows.start, rows.stop)[:, None])
+                mask = (
+                    torch.arange(cols.start, cols.stop)[None, :]
+                    > torch.arange(rows.start, rows.stop)[:, None]
+                )
             yield rows, cols, mask
 
 
@@ -99,8 +110,7 @@ def _flash_forward(q, k, v, case, mistake=None):
             if mistake == "normalised in the loop":
                 a = a / l[..., None]
             m = new_m
-        output[..., rows, :] = a if mistake == "normalised in the loop" \
-            else a / l[..., None]
+        output[..., rows, :] = a if mistake == "normalised in the loop" else a / l[..., None]
     return (output,)
 
 
@@ -111,7 +121,7 @@ def _flash_backward(q, k, v, grad_output, statistics, case, mistake=None):
     q, k, v = q.detach().double(), k.detach().double(), v.detach().double()
     output, logsumexp = statistics["output"], statistics["logsumexp"]
     grad_output, scale = grad_output.double(), q.shape[-1] ** -0.5
-    delta = (grad_output * output).sum(-1)                   # D: (..., L)
+    delta = (grad_output * output).sum(-1)  # D: (..., L)
     grads = [torch.zeros_like(t) for t in (q, k, v)]
     for rows, cols, mask in _flash_tiles(case):
         s = q[..., rows, :] @ k[..., cols, :].transpose(-2, -1) * scale
@@ -132,53 +142,86 @@ def _flash_expected(q, k, v, grad_output, case):
     """PyTorch's answers in float64: the output, its gradients dQ, dK, dV,
     and the log-sum-exp and maximum of each query's scaled, masked scores."""
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
-    output = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, is_causal=case.is_causal)
+    output = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case.is_causal)
     grads = torch.autograd.grad(output, (q, k, v), grad_output.double())
     scores = q.detach() @ k.detach().transpose(-2, -1) * q.shape[-1] ** -0.5
     if case.is_causal:
         above = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
         scores = scores.masked_fill(above, -math.inf)
-    return {"output": output.detach(), "grads": grads,
-            "logsumexp": torch.logsumexp(scores, dim=-1),
-            "row_max": scores.amax(dim=-1)}
+    return {
+        "output": output.detach(),
+        "grads": grads,
+        "logsumexp": torch.logsumexp(scores, dim=-1),
+        "row_max": scores.amax(dim=-1),
+    }
 
 
-_FLASH_ANSWERS = (torch.nn.functional.scaled_dot_product_attention,
-                  tiled.flash_attention, tiled.naive_attention)
+_FLASH_ANSWERS = (
+    torch.nn.functional.scaled_dot_product_attention,
+    tiled.flash_attention,
+    tiled.naive_attention,
+)
 
 _FORWARD_MISTAKES = (
-    ("accumulator not rescaled", "when the running maximum grows, the "
-     "unnormalised output A must be multiplied by exp(m_old - m_new), as "
-     "the running sum is"),
-    ("no rescale", "when the running maximum grows, the running sum and the "
-     "unnormalised output must both be multiplied by exp(m_old - m_new)"),
-    ("normalised in the loop", "you divide the output by the running sum "
-     "inside the loop, and the next tile rescales it as if it were "
-     "unnormalised; keep A unnormalised and divide by the sum once, after "
-     "the last key block"),
-    ("block index", "you skip tiles by block index (key block c > query "
-     "block r), which drops allowed keys when the key blocks are smaller; "
-     "compare positions: skip a tile when its first key comes after its "
-     "last query"),
+    (
+        "accumulator not rescaled",
+        "when the running maximum grows, the "
+        "unnormalised output A must be multiplied by exp(m_old - m_new), as "
+        "the running sum is",
+    ),
+    (
+        "no rescale",
+        "when the running maximum grows, the running sum and the "
+        "unnormalised output must both be multiplied by exp(m_old - m_new)",
+    ),
+    (
+        "normalised in the loop",
+        "you divide the output by the running sum "
+        "inside the loop, and the next tile rescales it as if it were "
+        "unnormalised; keep A unnormalised and divide by the sum once, after "
+        "the last key block",
+    ),
+    (
+        "block index",
+        "you skip tiles by block index (key block c > query "
+        "block r), which drops allowed keys when the key blocks are smaller; "
+        "compare positions: skip a tile when its first key comes after its "
+        "last query",
+    ),
 )
 
 _BACKWARD_MISTAKES = (
-    ("tile delta", "D_i sums over the query's whole row of weights, not one "
-     "tile's: compute D_i = dO_i . O_i once, before the loop"),
-    ("no scale", "the scores are Q K^T / sqrt(d), so dQ = dS K / sqrt(d) and "
-     "dK = dS^T Q / sqrt(d)"),
-    ("no mask", "recompute each tile's weights with the forward pass's "
-     "causal mask: a key after its query has weight 0"),
+    (
+        "tile delta",
+        "D_i sums over the query's whole row of weights, not one "
+        "tile's: compute D_i = dO_i . O_i once, before the loop",
+    ),
+    (
+        "no scale",
+        "the scores are Q K^T / sqrt(d), so dQ = dS K / sqrt(d) and dK = dS^T Q / sqrt(d)",
+    ),
+    (
+        "no mask",
+        "recompute each tile's weights with the forward pass's "
+        "causal mask: a key after its query has weight 0",
+    ),
 )
 
 
 # (index in (dQ, dK, dV), name, what to look at), in the order to compare
 _GRADIENT_HINTS = (
-    (2, "dV", "dV = Phi^T dO: recompute Phi = exp(S - lse) from the "
-     "saved log-sum-exp lse, masked as in the forward pass"),
-    (0, "dQ", "dV is right, so the weights are; dS = Phi o (dPhi - D) with "
-     "D_i = dO_i . O_i, and dQ = dS K / sqrt(d)"),
+    (
+        2,
+        "dV",
+        "dV = Phi^T dO: recompute Phi = exp(S - lse) from the "
+        "saved log-sum-exp lse, masked as in the forward pass",
+    ),
+    (
+        0,
+        "dQ",
+        "dV is right, so the weights are; dS = Phi o (dPhi - D) with "
+        "D_i = dO_i . O_i, and dQ = dS K / sqrt(d)",
+    ),
     (1, "dK", "dK = dS^T Q / sqrt(d), summed over every query block"),
 )
 
@@ -188,9 +231,12 @@ def _is_autograd_function(fn):
 
 
 def _all_close(got, expected, atol):
-    return all(isinstance(g, torch.Tensor) and g.shape == e.shape
-               and torch.allclose(g.detach().double(), e, atol=atol)
-               for g, e in zip(got, expected))
+    return all(
+        isinstance(g, torch.Tensor)
+        and g.shape == e.shape
+        and torch.allclose(g.detach().double(), e, atol=atol)
+        for g, e in zip(got, expected)
+    )
 
 
 def _mistake_hint(got, mistakes, compute, correct, atol):
@@ -200,8 +246,7 @@ def _mistake_hint(got, mistakes, compute, correct, atol):
         return None
     for mistake, hint in mistakes:
         wrong = compute(mistake)
-        if not _all_close(wrong, correct, atol) and _all_close(got, wrong,
-                                                                atol):
+        if not _all_close(wrong, correct, atol) and _all_close(got, wrong, atol):
             return hint
     return None
 
@@ -209,15 +254,19 @@ def _mistake_hint(got, mistakes, compute, correct, atol):
 def _check_flash_memory(largest, tensors, case, where):
     """No tensor made larger than the inputs, the output and one tile."""
     numel, shape, operation = largest
-    tile = (math.prod(case.batch) * min(case.query_block, case.n_queries)
-            * min(case.key_block, case.n_keys))
+    tile = (
+        math.prod(case.batch)
+        * min(case.query_block, case.n_queries)
+        * min(case.key_block, case.n_keys)
+    )
     if numel > max(tile, *(t.numel() for t in tensors)):
         raise CheckFailed(
             f"case '{case.name}': your {where} pass made a tensor of shape "
             f"{shape} ({operation}), larger than the inputs, the output and a "
             f"tile of {case.query_block} x {case.key_block}; FlashAttention "
             "never holds the (L, S) matrix, nor a row or column of tiles: "
-            "compute one tile at a time, its causal mask from its positions")
+            "compute one tile at a time, its causal mask from its positions"
+        )
 
 
 def _check_flash_saved(output, inputs, expected, case, atol):
@@ -226,47 +275,63 @@ def _check_flash_saved(output, inputs, expected, case, atol):
     for name, value in vars(node).items():
         held = value if isinstance(value, (list, tuple)) else [value]
         if any(isinstance(t, torch.Tensor) and t.numel() > 1 for t in held):
-            raise CheckFailed(f"case '{case.name}': you keep tensors in "
-                              f"ctx.{name}; save Q, K, V, O and the "
-                              "log-sum-exp with ctx.save_for_backward, and "
-                              "nothing else")
+            raise CheckFailed(
+                f"case '{case.name}': you keep tensors in "
+                f"ctx.{name}; save Q, K, V, O and the "
+                "log-sum-exp with ctx.save_for_backward, and "
+                "nothing else"
+            )
     saved, lse = node.saved_tensors, expected["logsumexp"]
-    if sum(t.numel() for t in saved) > sum(
-            t.numel() for t in (*inputs, output, lse)):
+    if sum(t.numel() for t in saved) > sum(t.numel() for t in (*inputs, output, lse)):
         raise CheckFailed(
             f"case '{case.name}': you saved tensors of shapes "
             f"{[tuple(t.shape) for t in saved]}; FlashAttention saves only Q, "
             f"K, V, O and the log-sum-exp {tuple(lse.shape)}, and the "
-            "backward pass recomputes the weights tile by tile")
+            "backward pass recomputes the weights tile by tile"
+        )
     candidates = [t.detach().double() for t in saved if t.shape == lse.shape]
     if not candidates:
-        raise CheckFailed(f"case '{case.name}': save the log-sum-exp of each "
-                          f"query's scores, shape {tuple(lse.shape)}, with "
-                          "ctx.save_for_backward")
+        raise CheckFailed(
+            f"case '{case.name}': save the log-sum-exp of each "
+            f"query's scores, shape {tuple(lse.shape)}, with "
+            "ctx.save_for_backward"
+        )
     if any(torch.allclose(t, lse, atol=atol) for t in candidates):
         return
-    if any(torch.allclose(t, expected["row_max"], atol=atol)
-           for t in candidates):
-        raise CheckFailed(f"case '{case.name}': you saved the running maximum "
-                          "m; save the log-sum-exp m + log l, from which the "
-                          "backward pass gets each weight as exp(s - m - log l)")
-    compare(candidates[0], lse, case.name, "saved log-sum-exp (m + log l of "
-            "the scaled, masked scores)", atol=atol)
+    if any(torch.allclose(t, expected["row_max"], atol=atol) for t in candidates):
+        raise CheckFailed(
+            f"case '{case.name}': you saved the running maximum "
+            "m; save the log-sum-exp m + log l, from which the "
+            "backward pass gets each weight as exp(s - m - log l)"
+        )
+    compare(
+        candidates[0],
+        lse,
+        case.name,
+        "saved log-sum-exp (m + log l of the scaled, masked scores)",
+        atol=atol,
+    )
 
 
 def _one_key_block_hint(fn, inputs, case, expected, atol):
     """Why an output is wrong, if all keys in one block make it right."""
     with torch.no_grad():
-        output = run(fn.apply, (*inputs, case.is_causal, case.query_block,
-                                case.n_keys), case.name,
-                     forbidden=_FLASH_ANSWERS, learner=fn)
+        output = run(
+            fn.apply,
+            (*inputs, case.is_causal, case.query_block, case.n_keys),
+            case.name,
+            forbidden=_FLASH_ANSWERS,
+            learner=fn,
+        )
     if not _all_close((output,), (expected["output"],), atol):
         return None
-    return (f"with all keys in one block your output is right, with blocks "
-            f"of {case.key_block} it is not: when a key block raises a row's "
-            "running maximum, the running sum and the unnormalised output "
-            "kept so far must both be multiplied by exp(m_old - m_new), and "
-            "the output divided by the sum once, after the last block")
+    return (
+        f"with all keys in one block your output is right, with blocks "
+        f"of {case.key_block} it is not: when a key block raises a row's "
+        "running maximum, the running sum and the unnormalised output "
+        "kept so far must both be multiplied by exp(m_old - m_new), and "
+        "the output divided by the sum once, after the last block"
+    )
 
 
 def _flash_forward_case(fn, case, number, seed):
@@ -274,42 +339,73 @@ def _flash_forward_case(fn, case, number, seed):
     (q, k, v), grad_output = _flash_inputs(case, seed, number)
     expected = _flash_expected(q, k, v, grad_output, case)
     output, largest = run(
-        measure.largest_tensor, (fn.apply if _is_autograd_function(fn) else fn,
-                               q, k, v, case.is_causal, case.query_block,
-                               case.key_block),
-        case.name, forbidden=_FLASH_ANSWERS, learner=fn)
+        measure.largest_tensor,
+        (
+            fn.apply if _is_autograd_function(fn) else fn,
+            q,
+            k,
+            v,
+            case.is_causal,
+            case.query_block,
+            case.key_block,
+        ),
+        case.name,
+        forbidden=_FLASH_ANSWERS,
+        learner=fn,
+    )
     if not _is_autograd_function(fn):
-        raise CheckFailed("pass your class itself, a subclass of "
-                          "torch.autograd.Function: the check calls its "
-                          "apply(query, key, value, is_causal, query_block, "
-                          "key_block)")
+        raise CheckFailed(
+            "pass your class itself, a subclass of "
+            "torch.autograd.Function: the check calls its "
+            "apply(query, key, value, is_causal, query_block, "
+            "key_block)"
+        )
     if isinstance(output, (tuple, list)):
-        raise CheckFailed(f"case '{case.name}': forward returns the output "
-                          "only; keep the log-sum-exp for the backward pass "
-                          "with ctx.save_for_backward")
+        raise CheckFailed(
+            f"case '{case.name}': forward returns the output "
+            "only; keep the log-sum-exp for the backward pass "
+            "with ctx.save_for_backward"
+        )
     atol = 1e-5 if case.dtype == torch.float32 else 1e-9
     hint = _mistake_hint(
-        (output,), _FORWARD_MISTAKES,
+        (output,),
+        _FORWARD_MISTAKES,
         lambda mistake: _flash_forward(q, k, v, case, mistake),
-        (expected["output"],), atol)
-    if (hint is None and case.n_keys > case.key_block
-            and isinstance(output, torch.Tensor)
-            and output.shape == expected["output"].shape
-            and not _all_close((output,), (expected["output"],), atol)):
+        (expected["output"],),
+        atol,
+    )
+    if (
+        hint is None
+        and case.n_keys > case.key_block
+        and isinstance(output, torch.Tensor)
+        and output.shape == expected["output"].shape
+        and not _all_close((output,), (expected["output"],), atol)
+    ):
         hint = _one_key_block_hint(fn, (q, k, v), case, expected, atol)
     if hint:
         raise CheckFailed(f"case '{case.name}': {hint}")
-    compare(output, expected["output"], case.name, "output", atol=atol,
-            explain_nan=lambda index: (
-                 "exp of a score around 1e3 overflows; subtract the running "
-                 "maximum before exponentiating" if case.magnitude > 1
-                 else None))
+    compare(
+        output,
+        expected["output"],
+        case.name,
+        "output",
+        atol=atol,
+        explain_nan=lambda index: (
+            "exp of a score around 1e3 overflows; subtract the running "
+            "maximum before exponentiating"
+            if case.magnitude > 1
+            else None
+        ),
+    )
     if output.dtype != q.dtype:
-        raise CheckFailed(f"case '{case.name}': your output is {output.dtype} "
-                          f"for {q.dtype} inputs; keep the inputs' dtype")
+        raise CheckFailed(
+            f"case '{case.name}': your output is {output.dtype} "
+            f"for {q.dtype} inputs; keep the inputs' dtype"
+        )
     if output.grad_fn is None:
-        raise CheckFailed(f"case '{case.name}': the output has no grad_fn; "
-                          "return it from forward as a tensor")
+        raise CheckFailed(
+            f"case '{case.name}': the output has no grad_fn; return it from forward as a tensor"
+        )
     _check_flash_saved(output, (q, k, v), expected, case, atol)
     _check_flash_memory(largest, (q, k, v, output), case, "forward")
     return (q, k, v), output, grad_output, expected
@@ -320,49 +416,73 @@ def _flash_backward_case(fn, case, inputs, output, grad_output, expected):
     try:
         grads, largest = run(
             measure.largest_tensor,
-            (torch.autograd.grad, output, inputs, grad_output), case.name,
-            forbidden=_FLASH_ANSWERS, learner=fn)
+            (torch.autograd.grad, output, inputs, grad_output),
+            case.name,
+            forbidden=_FLASH_ANSWERS,
+            learner=fn,
+        )
     except CheckFailed as failure:
         if "incorrect number of gradients" not in str(failure):
             raise
-        raise CheckFailed(f"{failure}: backward returns one gradient per "
-                          "argument of forward, dQ, dK, dV and then None for "
-                          "is_causal, query_block and key_block") from None
+        raise CheckFailed(
+            f"{failure}: backward returns one gradient per "
+            "argument of forward, dQ, dK, dV and then None for "
+            "is_causal, query_block and key_block"
+        ) from None
     atol = 1e-5 if case.dtype == torch.float32 else 1e-9
     hint = _mistake_hint(
-        grads, _BACKWARD_MISTAKES,
-        lambda mistake: _flash_backward(*inputs, grad_output, expected, case,
-                                        mistake),
-        expected["grads"], atol)
+        grads,
+        _BACKWARD_MISTAKES,
+        lambda mistake: _flash_backward(*inputs, grad_output, expected, case, mistake),
+        expected["grads"],
+        atol,
+    )
     if hint:
         raise CheckFailed(f"case '{case.name}': {hint}")
     for index, name, why in _GRADIENT_HINTS:
-        compare(grads[index], expected["grads"][index], case.name,
-                f"{name} ({why})", atol=atol)
+        compare(grads[index], expected["grads"][index], case.name, f"{name} ({why})", atol=atol)
     _check_flash_memory(largest, (*inputs, output), case, "backward")
 
 
 def _causal_work(case, by_index=False):
     """The fraction of the score entries that causal tiles cover."""
-    covered = sum((rows.stop - rows.start) * (cols.stop - cols.start)
-                  for rows, cols, _ in _flash_tiles(case, by_index))
+    covered = sum(
+        (rows.stop - rows.start) * (cols.stop - cols.start)
+        for rows, cols, _ in _flash_tiles(case, by_index)
+    )
     return covered / (case.n_queries * case.n_keys)
 
 
 def _check_flash_skips(fn):
     """Causal attention multiplies only the tiles with an allowed entry:
     measured by the matrix products' multiply-adds, causal against not."""
-    case = _FlashCase("causal, 48 tokens, blocks of 6 queries and 12 keys",
-                      (1,), 48, 48, 8, 8, 6, 12, True, torch.float64, 1)
+    case = _FlashCase(
+        "causal, 48 tokens, blocks of 6 queries and 12 keys",
+        (1,),
+        48,
+        48,
+        8,
+        8,
+        6,
+        12,
+        True,
+        torch.float64,
+        1,
+    )
     (q, k, v), _ = _flash_inputs(case, 0, 99)
     work = {}
     for is_causal in (False, True):
         with torch.no_grad():
             _, work[is_causal] = measure.count_multiply_adds(
-                run, fn.apply, (q, k, v, is_causal, 6, 12), case.name,
-                forbidden=_FLASH_ANSWERS, learner=fn)
+                run,
+                fn.apply,
+                (q, k, v, is_causal, 6, 12),
+                case.name,
+                forbidden=_FLASH_ANSWERS,
+                learner=fn,
+            )
     if not work[False]:
-        return                    # no matrix products to count: not measured
+        return  # no matrix products to count: not measured
     ratio, needed = work[True] / work[False], _causal_work(case)
     by_index = _causal_work(case, by_index=True)
     if abs(ratio - by_index) < 0.02:
@@ -370,13 +490,15 @@ def _check_flash_skips(fn):
             f"case '{case.name}': your causal pass computes {ratio:.0%} of "
             "the unmasked pass's products, as when tiles are skipped by block "
             f"index (c > r); skipping by position leaves {needed:.0%}: skip a "
-            "tile when its first key comes after its last query")
+            "tile when its first key comes after its last query"
+        )
     if ratio > needed + 0.02:
         raise CheckFailed(
             f"case '{case.name}': your causal pass computes {ratio:.0%} of "
             f"the unmasked pass's products, but the tiles with an allowed "
             f"entry hold only {needed:.0%} of the scores: skip the tiles "
-            "entirely above the diagonal")
+            "entirely above the diagonal"
+        )
 
 
 @self_check
@@ -389,15 +511,17 @@ def check_flash_autograd(fn, seed=0):
     backward gives dQ, dK, dV. Compared with PyTorch's attention and its
     gradients; no tensor larger than the inputs, the output or a tile. Chapter 12, exercise 5."""
     cases = _flash_cases(seed)
-    runs = [(case, *_flash_forward_case(fn, case, number, seed))
-            for number, case in enumerate(cases)]
+    runs = [
+        (case, *_flash_forward_case(fn, case, number, seed)) for number, case in enumerate(cases)
+    ]
     _check_flash_skips(fn)
     for case, inputs, output, grad_output, expected in runs:
         try:
-            _flash_backward_case(fn, case, inputs, output, grad_output,
-                                 expected)
+            _flash_backward_case(fn, case, inputs, output, grad_output, expected)
         except NotAnswered:
-            raise CheckFailed(f"your forward pass agrees with PyTorch on all "
-                              f"{len(cases)} cases; backward still raises "
-                              "NotImplementedError: write it next") from None
+            raise CheckFailed(
+                f"your forward pass agrees with PyTorch on all "
+                f"{len(cases)} cases; backward still raises "
+                "NotImplementedError: write it next"
+            ) from None
     passed("your FlashAttention, forward and backward", len(cases))

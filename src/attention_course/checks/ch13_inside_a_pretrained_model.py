@@ -13,13 +13,16 @@ def _word_id_cases(seed):
     """Word ids as the tokenizer gives them: None for [CLS] and [SEP], and
     words of 1 to 4 pieces; a first case without any word, one of one word."""
     rng = generator(seed, 13)
-    cases = [("[CLS] [SEP] only", [None, None]),
-             ("one word of three pieces", [None, 0, 0, 0, None])]
+    cases = [
+        ("[CLS] [SEP] only", [None, None]),
+        ("one word of three pieces", [None, 0, 0, 0, None]),
+    ]
     for number in range(5):
         n_words = int(torch.randint(2, 7, (1,), generator=rng))
         pieces = torch.randint(1, 5, (n_words,), generator=rng).tolist()
-        word_ids = [None] + [word for word, count in enumerate(pieces)
-                             for _ in range(count)] + [None]
+        word_ids = (
+            [None] + [word for word, count in enumerate(pieces) for _ in range(count)] + [None]
+        )
         cases.append((f"random sentence {number} ({n_words} words)", word_ids))
     return cases
 
@@ -51,9 +54,11 @@ def check_previous_word_targets(fn, seed=0):
         previous_token = torch.zeros(n, n, dtype=torch.bool)
         previous_token[torch.arange(1, n), torch.arange(n - 1)] = True
         if torch.equal(got, previous_token) and not torch.equal(got, expected):
-            raise CheckFailed(f"case '{case}': you marked the previous token; "
-                              "mark every piece of the previous word, from "
-                              "every piece of the current word")
+            raise CheckFailed(
+                f"case '{case}': you marked the previous token; "
+                "mark every piece of the previous word, from "
+                "every piece of the current word"
+            )
         wrong = (got != expected).nonzero()
         if len(wrong):
             i, j = wrong[0].tolist()
@@ -61,7 +66,8 @@ def check_previous_word_targets(fn, seed=0):
             raise CheckFailed(
                 f"case '{case}' (word_ids {word_ids}): key {j} (word "
                 f"{word_ids[j]}) {should} a target of query {i} (word "
-                f"{word_ids[i]}); None marks [CLS] and [SEP], never targets")
+                f"{word_ids[i]}); None marks [CLS] and [SEP], never targets"
+            )
     passed("your previous-word targets", len(cases))
 
 
@@ -71,16 +77,13 @@ def _heads_by_hand(attention, x, zeroed_head=None):
     outputs = []
     for head in range(attention.num_heads):
         rows = slice(head * attention.head_dim, (head + 1) * attention.head_dim)
-        q, k, v = (torch.nn.functional.linear(x, p.weight[rows],
-                                              None if p.bias is None
-                                              else p.bias[rows])
-                   for p in (attention.q_proj, attention.k_proj,
-                             attention.v_proj))
-        weights = torch.softmax(q @ k.transpose(-2, -1)
-                                / math.sqrt(attention.head_dim), dim=-1)
+        q, k, v = (
+            torch.nn.functional.linear(x, p.weight[rows], None if p.bias is None else p.bias[rows])
+            for p in (attention.q_proj, attention.k_proj, attention.v_proj)
+        )
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(attention.head_dim), dim=-1)
         output = weights @ v
-        outputs.append(torch.zeros_like(output) if head == zeroed_head
-                       else output)
+        outputs.append(torch.zeros_like(output) if head == zeroed_head else output)
     return attention.out_proj(torch.cat(outputs, dim=-1))
 
 
@@ -90,9 +93,11 @@ def check_ablate_head(fn, seed=0):
     `attention` in which head `head` contributes nothing (its output is zero
     before out_proj) and every other head is unchanged; `attention` itself must
     stay as it was. Chapter 13, exercise 2."""
-    cases = [("8 wide, 2 heads, head 0", 8, 2, 0, True),
-             ("12 wide, 3 heads, head 2", 12, 3, 2, True),
-             ("16 wide, 4 heads, head 1, no bias", 16, 4, 1, False)]
+    cases = [
+        ("8 wide, 2 heads, head 0", 8, 2, 0, True),
+        ("12 wide, 3 heads, head 2", 12, 3, 2, True),
+        ("16 wide, 4 heads, head 1, no bias", 16, 4, 1, False),
+    ]
     for number, (case, width, n_heads, head, bias) in enumerate(cases):
         torch.manual_seed(1234 + 1000 * seed + number)
         attention = multihead.MultiHeadAttention(width, n_heads, bias=bias)
@@ -107,27 +112,33 @@ def check_ablate_head(fn, seed=0):
         ablated = run(fn, (attention, head), case)
         after = attention.state_dict()
         if any(not torch.equal(before[k], after[k]) for k in before):
-            raise CheckFailed(f"case '{case}': you changed the original "
-                              "layer's weights; change a copy "
-                              "(copy.deepcopy(attention))")
+            raise CheckFailed(
+                f"case '{case}': you changed the original "
+                "layer's weights; change a copy "
+                "(copy.deepcopy(attention))"
+            )
         if not isinstance(ablated, torch.nn.Module):
-            raise CheckFailed(f"case '{case}': return the ablated copy of "
-                              f"the layer, not a {type(ablated).__name__}")
+            raise CheckFailed(
+                f"case '{case}': return the ablated copy of "
+                f"the layer, not a {type(ablated).__name__}"
+            )
         with torch.no_grad():
             got = run(ablated, (x, x, x), case)
         got = got[0] if isinstance(got, tuple) else got
         if bias and isinstance(got, torch.Tensor):
-            v_bias_left = attention.v_proj.bias[head * (width // n_heads):
-                                                (head + 1) * (width // n_heads)]
+            v_bias_left = attention.v_proj.bias[
+                head * (width // n_heads) : (head + 1) * (width // n_heads)
+            ]
             leaked = attention.out_proj.weight[
-                :, head * (width // n_heads):(head + 1) * (width // n_heads)]
+                :, head * (width // n_heads) : (head + 1) * (width // n_heads)
+            ]
             with torch.no_grad():
-                if torch.allclose(got, expected + v_bias_left @ leaked.T,
-                                  atol=1e-5):
+                if torch.allclose(got, expected + v_bias_left @ leaked.T, atol=1e-5):
                     raise CheckFailed(
                         f"case '{case}': the head still outputs its value "
                         "bias (the weights sum to 1, so sum_j a_ij b_v = "
                         "b_v); zero the bias too, or zero the head's "
-                        "columns of out_proj instead")
+                        "columns of out_proj instead"
+                    )
         compare(got, expected, case, "ablated layer's output")
     passed("your head ablation", len(cases))

