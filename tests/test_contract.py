@@ -354,13 +354,14 @@ def tiny_sparse_attention():
 
 
 def deepseek_indexer_state_dict():
-    """A DeepseekV32Indexer state dict made by hand: 2 heads of 4, hidden 16, q_lora_rank 6."""
+    """A DeepseekV32Indexer state dict made by hand: 3 heads of 4 (the attention has 2: equal
+    small ints would look like one number checked twice), hidden 16, q_lora_rank 6."""
     shapes = {
-        "wq_b.weight": (2 * 4, 6),
+        "wq_b.weight": (3 * 4, 6),
         "wk.weight": (4, 16),
         "k_norm.weight": (4,),
         "k_norm.bias": (4,),
-        "weights_proj.weight": (2, 16),
+        "weights_proj.weight": (3, 16),
     }
     return {name: randn(*shape) for name, shape in shapes.items()}
 

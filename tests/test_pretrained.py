@@ -104,8 +104,10 @@ def test_hidden_states_and_every_heads_weights_equal_transformers(
 
 def test_stored_reference_is_what_sentence_transformers_computes(sentence_transformer, course):
     sentences, stored = load_minilm_reference()
+    # float32 embeddings of norm 1, entries near 0.1: the same model may round its sums one
+    # ulp apart (1.2e-7 seen on this course's machines, with the same versions), no further
     torch.testing.assert_close(
-        stored, sentence_transformer.encode(sentences, convert_to_tensor=True), atol=1e-7, rtol=0
+        stored, sentence_transformer.encode(sentences, convert_to_tensor=True), atol=3e-7, rtol=0
     )
     ours = pretrained.embed_sentences(*course, sentences)
     torch.testing.assert_close(ours, stored, atol=1e-5, rtol=0)

@@ -9,7 +9,8 @@ from .core import CheckFailed, compare, generator, passed, run, self_check, weig
 
 
 def regression_cases(seed=0):
-    """(name, queries, keys, values, bandwidth) inputs for the kernel-regression checks."""
+    """(name, queries, keys, values, bandwidth) inputs for the kernel-regression checks.
+    Chapters 1-2."""
     rng = generator(seed)
     keys = torch.sort(torch.rand(12, generator=rng) * 10).values
     values = torch.randn(12, generator=rng)
@@ -24,7 +25,8 @@ def regression_cases(seed=0):
 
 
 def kernel_underflow(queries, keys, bandwidths):
-    """index -> why a Gaussian kernel-regression row is NaN, if its kernel values underflow."""
+    """index -> why a Gaussian kernel-regression row is NaN, if its kernel values underflow.
+    Chapters 1-2."""
 
     def explain(index):
         distances = (queries[index[0]] - keys) / bandwidths

@@ -12,11 +12,13 @@ from .. import scoring
 
 
 class CheckFailed(AssertionError):
-    """Your answer does not match the reference yet; the message says where and how."""
+    """Your answer does not match the reference yet; the message says where and how.
+    Chapters 1-17 (every chapter's checks)."""
 
 
 class NotAnswered(CheckFailed):
-    """The answer is still the exercise's stub: it raises NotImplementedError."""
+    """The answer is still the exercise's stub: it raises NotImplementedError.
+    Chapters 1-17 (every chapter's checks)."""
 
     def __init__(self, name):
         super().__init__(
@@ -30,12 +32,15 @@ class _Delegated(Exception):
 
 
 def passed(what, n_cases):
+    """Print that every case of a check agrees with the reference.
+    Chapters 1-17 (every chapter's checks)."""
     print(f"Correct: {what}.\nAll {n_cases} test cases agree with the reference.")
 
 
 def self_check(check):
     """A public check: on a stub answer it prints "Not yet answered" and returns, so that a
-    notebook runs from top to bottom before the learner has answered, unless `strict`."""
+    notebook runs from top to bottom before the learner has answered, unless `strict`.
+    Chapters 1-17 (every chapter's checks)."""
 
     @functools.wraps(check)
     def run(*args, strict=False, **kwargs):
@@ -56,6 +61,9 @@ def self_check(check):
 
 
 def tripwire(name):
+    """A stand-in for a package function an answer may not call: it raises, naming `name`.
+    Chapters 1-17 (every chapter's checks)."""
+
     def tripwire(*args, **kwargs):
         raise _Delegated(name)
 
@@ -110,7 +118,8 @@ def _forbidden(fn, references):
 def run(fn, args, case, kwargs=None, forbidden=(), learner=None):
     """Call the learner's function; turn any exception into a CheckFailed naming the case.
     `learner`: the learner's own function or class, when fn only calls it (torch.autograd.grad
-    running a learner's backward): its names are the ones forbidden and reported."""
+    running a learner's backward): its names are the ones forbidden and reported.
+    Chapters 1-17 (every chapter's checks)."""
     learner = fn if learner is None else learner
     try:
         with _forbidden(learner, forbidden):
@@ -141,7 +150,8 @@ def _first_bad_row(bad_rows):
 
 
 def weights_problem(weights, atol=1e-5):
-    """Why `weights` (..., n_k) are not attention weights, in plain words; None if they are."""
+    """Why `weights` (..., n_k) are not attention weights, in plain words; None if they are.
+    Chapters 1-17 (every chapter's checks)."""
     if not isinstance(weights, torch.Tensor):
         return f"expected a torch.Tensor, got {type(weights).__name__}"
     rows = weights.reshape(-1, weights.shape[-1]) if weights.dim() else weights.reshape(1, 1)
@@ -162,7 +172,8 @@ def weights_problem(weights, atol=1e-5):
 @self_check
 def check_attention_weights(weights, atol=1e-5):
     """Check that every row of `weights` (..., n_k) is finite, non-negative and sums to 1.
-    No one exercise's check: the chapter template's example (templates/chapter.ipynb)."""
+    No one exercise's check: the chapter template's example (templates/chapter.ipynb).
+    Chapters 1-17 (every chapter's checks)."""
     problem = weights_problem(weights, atol)
     if problem:
         raise CheckFailed(problem)
@@ -174,7 +185,8 @@ def check_attention_weights(weights, atol=1e-5):
 
 def compare(got, expected, case, what="output", atol=1e-5, explain_nan=None):
     """Raise CheckFailed unless tensor `got` has `expected`'s shape and values; `explain_nan`
-    (index -> str or None) says what produced a NaN or inf at that index."""
+    (index -> str or None) says what produced a NaN or inf at that index.
+    Chapters 1-17 (every chapter's checks)."""
     if not isinstance(got, torch.Tensor):
         raise CheckFailed(
             f"case '{case}': your {what} is a {type(got).__name__}, expected a torch.Tensor"
@@ -202,13 +214,17 @@ def compare(got, expected, case, what="output", atol=1e-5, explain_nan=None):
 
 
 def generator(seed, offset=0):
+    """A torch.Generator for a check's cases: `seed` 0 gives the cases a chapter shows.
+    Chapters 1-17 (every chapter's checks)."""
     return torch.Generator().manual_seed(1234 + 1000 * seed + offset)
 
 
 def random(shape, seed, offset=0):
+    """A standard normal tensor of `shape` from generator(seed, offset).
+    Chapters 1-17 (every chapter's checks)."""
     return torch.randn(*shape, generator=generator(seed, offset))
 
 
 def integers(seed, count, low, high, offset=0):
-    """`count` integers drawn uniformly from [low, high)."""
+    """`count` integers drawn uniformly from [low, high). Chapters 1-17 (every chapter's checks)."""
     return torch.randint(low, high, (count,), generator=generator(seed, offset)).tolist()
