@@ -1,29 +1,13 @@
 """Rotary position embeddings, RoPE (Su et al. 2021; chapter 10).
 
-Each pair of dimensions of a query or key is rotated by an angle proportional to
-the token's position, so that the score q_m . k_n depends on the positions only
-through m - n. Pairing as in Llama's Hugging Face implementation (half-split):
-dimension i is paired with i + head_dim / 2 and turns at the frequency
-theta_i = base^(-2i / head_dim), i = 0 .. head_dim / 2 - 1.
-
-RoPE scaling, to run a model on texts longer than the C tokens it was trained
-on, replaces each theta_i by a smaller frequency. `scaling` is a dict as a
-model config's `rope_parameters`: a "rope_type" and that type's keys, with the
-names and results of `transformers`' ROPE_INIT_FUNCTIONS (C is
-"original_max_position_embeddings"; r_i = C theta_i / 2 pi is the number of
-turns pair i makes over C):
-
-- "default": no change;
-- "linear", Position Interpolation (Chen et al. 2023): theta_i / factor;
-- "dynamic", dynamic NTK: the base becomes base * a^(d / (d - 2)) with
-  a = factor * n / C - (factor - 1) for the current length n > C (seq_len;
-  a = 1 up to C). For this type C is a config's max_position_embeddings;
-- "llama3", Llama 3.1: kept where r_i > high_freq_factor, divided by factor
-  where r_i < low_freq_factor, blended linearly in r_i between;
-- "yarn", YaRN (Peng et al. 2023): kept where r_i > beta_fast (32), divided by
-  factor where r_i < beta_slow (1), blended linearly in the pair index between;
-  and the rotated queries and keys are multiplied by
-  rotary_attention_factor(scaling), so that scores grow by its square.
+- `apply_rotary`: the pair (x_i, x_{i + d/2}) of a query or key at position m turns by the
+  angle m theta_i, theta_i = base^(-2i / d): Llama's half-split pairing, as in transformers,
+  so that a score depends on the positions only through their offset;
+- `scaling`: a config's `rope_parameters` ("linear", "dynamic", "llama3", "yarn"), with the
+  names and results of transformers' ROPE_INIT_FUNCTIONS; each type's rule is stated in the
+  function below that computes it;
+- `interleaved_to_half_split`: rows of W_Q and W_K from the (2i, 2i + 1) pairing of GGUF files
+  and DeepSeek's checkpoints (chapters 14-15).
 """
 
 import math
@@ -64,7 +48,7 @@ def rotary_frequencies(
     head_dim, base=10000.0, *, scaling=None, seq_len=None, device=None, dtype=None
 ):
     """theta_i = base^(-2i / head_dim) for i < head_dim / 2 -> (head_dim / 2,),
-    rescaled as `scaling` says (see the module's docstring); seq_len, the
+    rescaled as `scaling` says (chapter 10 derives each type); seq_len, the
     current length, matters to "dynamic" only (default: at most C). Chapter 10."""
     check_rope_head_dim(head_dim)
     require_number("base", base, 1, strict=True)
@@ -158,6 +142,9 @@ def _check_scaling_values(scaling):
 
 
 def _frequencies(head_dim, base, device, dtype, scaling=None, seq_len=None):
+    """theta_i = base^(-2i / d), rescaled: "linear" (Position Interpolation, Chen et al. 2023)
+    divides by factor; "dynamic", "llama3", "yarn" as their functions below say. C is
+    "original_max_position_embeddings", r_i = C theta_i / 2 pi the turns pair i makes over C."""
     kind = _rope_type(scaling)
     if kind == "dynamic":
         base = _dynamic_base(head_dim, base, scaling, seq_len)
@@ -236,7 +223,7 @@ def apply_rotary(x, positions=None, base=10000.0, *, scaling=None):
 
     Pair (x_i, x_{i + head_dim/2}) at position m turns by the angle m theta_i:
     (x_i cos - x_{i+h} sin, x_i sin + x_{i+h} cos). Default positions 0..seq-1.
-    With `scaling` (see the module's docstring) the frequencies are rescaled
+    With `scaling` (a config's rope_parameters) the frequencies are rescaled
     and the result multiplied by rotary_attention_factor(scaling), as
     transformers does; "dynamic" takes max(positions) + 1 as the length.
     Chapter 10.
