@@ -182,3 +182,12 @@ def interleaved_to_half_split(weight, num_heads):
         .transpose(1, 2)
         .reshape(rows, columns)
     )
+
+
+def built(cls, *sizes):
+    """A module of class `cls` built by its `_build(*sizes)` without its constructor's checks:
+    for sizes a caller has checked (a decoder's config, a loader's weights). Chapters 9-17."""
+    module = cls.__new__(cls)
+    torch.nn.Module.__init__(module)
+    module._build(*sizes)
+    return module

@@ -155,10 +155,7 @@ class DecoderBlock(nn.Module):
     @classmethod
     def _of_checked_config(cls, config):
         """The block for a config its decoder has checked."""
-        block = cls.__new__(cls)
-        nn.Module.__init__(block)
-        block._build(config)
-        return block
+        return _kernels.built(cls, config)
 
     def _build(self, config):
         self.config = config  # shared with the decoder: one window for all

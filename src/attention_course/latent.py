@@ -172,10 +172,7 @@ class MultiHeadLatentAttention(nn.Module):
     @classmethod
     def _of_checked_sizes(cls, *sizes):
         """The layer for sizes its caller has checked (from_deepseek reads them off weights)."""
-        layer = cls.__new__(cls)
-        nn.Module.__init__(layer)
-        layer._build(*sizes)
-        return layer
+        return _kernels.built(cls, *sizes)
 
     def _build(
         self, embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, value_dim, base, norm_eps

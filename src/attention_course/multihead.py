@@ -157,10 +157,7 @@ class GroupedQueryAttention(nn.Module):
     @classmethod
     def _of_checked_sizes(cls, embed_dim, num_heads, num_kv_heads, bias=False):
         """The layer for sizes a caller has checked (a decoder's config, from_multihead)."""
-        layer = cls.__new__(cls)
-        nn.Module.__init__(layer)
-        layer._build(embed_dim, num_heads, num_kv_heads, bias)
-        return layer
+        return _kernels.built(cls, embed_dim, num_heads, num_kv_heads, bias)
 
     def project_kv(self, x):
         """x (batch, L, embed_dim) -> keys, values (batch, num_kv_heads, L, head_dim): exactly what

@@ -85,10 +85,7 @@ class LightningIndexer(nn.Module):
     @classmethod
     def _trusted(cls, *sizes):
         """An indexer of sizes already checked (by DeepSeekSparseAttention's door)."""
-        indexer = cls.__new__(cls)
-        nn.Module.__init__(indexer)
-        indexer._build(*sizes)
-        return indexer
+        return _kernels.built(cls, *sizes)
 
     def forward(self, x, q_latent, positions=None):
         """The forward pass of the class docstring. Chapter 17."""

@@ -21,6 +21,7 @@ import pathlib
 import torch
 from torch import nn
 
+from .. import _kernels
 from .._shapes import (
     TOKEN_ID_DTYPES,
     require_dtype_of,
@@ -115,10 +116,7 @@ class EncoderLayer(nn.Module):
     @classmethod
     def _of_checked(cls, config):
         """The layer for a config its caller has checked (a SentenceEncoder's)."""
-        layer = cls.__new__(cls)
-        nn.Module.__init__(layer)
-        layer._build(config)
-        return layer
+        return _kernels.built(cls, config)
 
     def _build(self, config):
         width = config.embed_dim
