@@ -1471,6 +1471,8 @@ LOADER = (
     "test_smollm2)"
 )
 EXEMPT = {
+    "attention_course.runtime": "require installs libraries; tests/test_runtime.py checks its "
+    "version arguments and each message",
     "attention_course.checks": "checks take the learner's function (any callable) and report "
     "every failure, theirs or the input's, as CheckFailed "
     "(tests/checks)",
