@@ -6,7 +6,8 @@ BIN    := $(VENV)/bin
 READY  := $(VENV)/.requirements-installed
 PORT   ?= 8000
 
-.PHONY: help system book pdf test notebooks classroom nbgrader otter serve execute bench clean
+.PHONY: help system book pdf test notebooks classroom nbgrader otter serve execute bench clean \
+	colab-refresh
 
 help:
 	@echo "make system    install the Debian packages book and test need (Chromium, a CJK font),"
@@ -22,6 +23,8 @@ help:
 	@echo "make serve     preview _build/html on http://127.0.0.1:$(PORT)"
 	@echo "make execute   re-run notebooks, store their outputs, rewrite the learner edition"
 	@echo "make bench     time each notebook; the masked/causal attention paths and half precision"
+	@echo "make colab-refresh  colab/runtime.txt from Google's list of Colab's library versions"
+	@echo "               (FREEZE=path, clone or URL of googlecolab/backend-info's pip-freeze.txt)"
 
 $(READY): requirements.txt requirements-nodeps.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +68,9 @@ execute: $(READY)
 bench: $(READY)
 	$(BIN)/python -m tools.notebooks bench $(NB)
 	$(BIN)/python -m tools.bench_attention
+
+colab-refresh: $(READY)
+	$(BIN)/python -m tools.colab_runtime refresh $(FREEZE)
 
 clean:
 	rm -rf _build
