@@ -72,11 +72,13 @@ def _pin(name, minimum):
 
 
 def _all_installed():
-    return {
-        _distribution(dist.metadata["Name"]): dist.version
-        for dist in importlib.metadata.distributions()
-        if dist.metadata["Name"]
-    }
+    """{name: version} of every distribution, the first on sys.path where there are two (the
+    one Python imports)."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        if dist.metadata["Name"]:
+            found.setdefault(_distribution(dist.metadata["Name"]), dist.version)
+    return found
 
 
 def _may_upgrade():
