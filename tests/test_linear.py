@@ -107,6 +107,26 @@ def test_parallel_recurrent_and_chunked_linear_attention_agree(chunk_size, decay
     assert max_error(ours, expected) < 1e-12
 
 
+def test_chunk_size_none_is_one_chunk_of_the_whole_sequence_in_both_functions():
+    """chunk_size=None has one meaning in linear_attention and delta_rule: one chunk of n
+    tokens, so it gives the same numbers as chunk_size=n and not as chunk_size=1's loop
+    (whose rounding differs), for n = 0, 1 and 9."""
+    for n in (0, 1, 9):
+        q, k = normal(2, n, 4), F.normalize(normal(2, n, 4, seed=1), dim=-1)
+        v = normal(2, n, 3, seed=2)
+        beta, g = gates(2, n, seed=3)
+        whole = max(n, 1)
+        assert torch.equal(
+            linear_attention(q, k, v, log_decay=g),
+            linear_attention(q, k, v, log_decay=g, chunk_size=whole),
+        )
+        ours = delta_rule(q, k, v, beta, g)
+        one_chunk = delta_rule(q, k, v, beta, g, chunk_size=whole)
+        assert all(torch.equal(a, b) for a, b in zip(ours, one_chunk))
+    loop = delta_rule(q, k, v, beta, g, chunk_size=1)[0]
+    assert not torch.equal(ours[0], loop) and max_error(ours[0], loop) < 1e-12
+
+
 def test_a_callable_feature_map_and_a_zero_normaliser():
     q, k, v = normal(7, 3), normal(7, 3, seed=1), normal(7, 2, seed=2)
     squared = linear_attention(q, k, v, feature_map=lambda x: x**2)
@@ -131,8 +151,8 @@ def test_linear_attention_needs_causal_for_a_decay_or_chunks():
 @pytest.mark.parametrize("decay", ["none", "per token", "per channel"])
 @pytest.mark.parametrize("chunk_size", [None, 1, 3, 5, 8, 16, 40])
 def test_delta_rule_equals_the_token_loop(decay, chunk_size):
-    """Recurrent (None) and chunked: 3 and 5 do not divide n = 16, 1, 8 and 16 do, 40
-    exceeds it; with and without an initial state."""
+    """One chunk (None), the recurrence (1) and chunks: 3 and 5 do not divide n = 16, 8 and
+    16 do, 40 exceeds it; with and without an initial state."""
     q, k = normal(2, 3, 16, 4), F.normalize(normal(2, 3, 16, 4, seed=1), dim=-1)
     v = normal(2, 3, 16, 5, seed=2)
     beta, g = gates(2, 3, 16, seed=3)

@@ -10,17 +10,17 @@ What is tested, in the symbols of the paper and of transformers:
 - x_t         the input of token t (embed_dim = d numbers)
 - c_t         the query latent of MLA, c_t = RMSNorm(W_DQ x_t) (q_rank = d_c' numbers); the
               indexer reads it and adds no query latent of its own
-- q_tj        the indexer's query of head j, the j-th block of W_IQ c_t (d_I numbers)
+- q_ti        the indexer's query of head i, the i-th block of W_IQ c_t (d_I numbers)
 - k_s         the indexer's key of token s, LayerNorm(W_IK x_s) (d_I numbers), one for all
               indexer heads (so the indexer caches d_I numbers a token)
-- eta_tj      the weight of head j for query t, (W_w x_t)_j / sqrt(H_I): a learnt number of
+- eta_ti      the weight of head i for query t, (W_w x_t)_i / sqrt(H_I): a learnt number of
               either sign, so a head can vote for a token or against it
 - H_I, d_I    the indexer's heads and head size (index_heads, index_head_dim; DeepSeek-V3.2:
               64 and 128)
 - ReLU        max(0, .): a head whose query and key point apart gives 0, not a negative vote
 
-RoPE turns the first rope_dim dimensions of each q_tj (by t) and of k_s (by s), the rest carry
-no position; rope_dim is MLA's d_h^R. The indexer pairs dimension i with i + rope_dim / 2, as
+RoPE turns the first rope_dim dimensions of each q_ti (by t) and of k_s (by s), the rest carry
+no position; rope_dim is MLA's d_h^R. The indexer pairs dimension m with m + rope_dim / 2, as
 `apply_rotary` (transformers' DeepseekV32Indexer does the same; MLA's own RoPE rows come from
 DeepSeek's checkpoints interleaved, see `attention_course.latent`). The paper writes I_ts
 without the two scales 1 / sqrt(d_I) and 1 / sqrt(H_I): they are those of the released code
@@ -32,7 +32,7 @@ scores: I_ts = -inf for s > t.
 Arguments (transformers' DeepseekV32Config names in brackets):
 
 - LightningIndexer(embed_dim, q_rank, num_heads, head_dim, rope_dim, base): d, d_c', H_I
-  (index_n_heads), d_I (index_head_dim), the rotated part of each q_tj and k_s
+  (index_n_heads), d_I (index_head_dim), the rotated part of each q_ti and k_s
   (qk_rope_head_dim, even, at most d_I) and RoPE's base (rope_theta; plain RoPE, no YaRN).
 - DeepSeekSparseAttention(embed_dim, num_heads, kv_rank, q_rank, top_k, index_heads,
   index_head_dim, head_dim, rope_dim, value_dim, base, norm_eps): MultiHeadLatentAttention's
@@ -202,14 +202,14 @@ def layer_norm(v, gain, bias, eps=1e-6):
 
 
 def turn(position, head_dim, rope_dim, base):
-    """RoPE on the first rope_dim dimensions (pairs i, i + rope_dim / 2), the rest kept."""
+    """RoPE on the first rope_dim dimensions (pairs m, m + rope_dim / 2), the rest kept."""
     matrix = torch.eye(head_dim, dtype=torch.float64)
     matrix[:rope_dim, :rope_dim] = rotation_matrix(position, rope_dim, base)
     return matrix
 
 
 def index_scores_by_loops(indexer, x, q_latent, positions):
-    """I_ts = sum_j w_tj ReLU(q_tj . k_s / sqrt(d_I)), w_t = W_w x_t / sqrt(H_I), one sequence
+    """I_ts = sum_i w_ti ReLU(q_ti . k_s / sqrt(d_I)), w_t = W_w x_t / sqrt(H_I), one sequence
     x (n, d), q_latent (n, d_c'), one term at a time; -inf where s > t."""
     W = {name: p.detach().double() for name, p in indexer.state_dict().items()}
     H, d, r, base = indexer.num_heads, indexer.head_dim, indexer.rope_dim, indexer.base
@@ -226,11 +226,11 @@ def index_scores_by_loops(indexer, x, q_latent, positions):
             if positions[s] > positions[t]:
                 continue
             total = 0.0
-            for j in range(H):
+            for i in range(H):
                 q = turn(int(positions[t]), d, r, base) @ (
-                    W["q_up.weight"][j * d : (j + 1) * d] @ q_latent[t]
+                    W["q_up.weight"][i * d : (i + 1) * d] @ q_latent[t]
                 )
-                total += w[j] * max(0.0, float(q @ keys[s]) / math.sqrt(d))
+                total += w[i] * max(0.0, float(q @ keys[s]) / math.sqrt(d))
             scores[t, s] = total
     return scores
 

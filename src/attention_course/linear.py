@@ -154,10 +154,12 @@ def linear_attention(
     phi(Q) (phi(K)^T V), in time linear in n (queries and keys may then
     differ in number). causal=True: query i reads keys j <= i; log_decay
     (..., n) multiplies key j's weight for query i by
-    exp(g_(j+1) + ... + g_i). chunk_size None: the parallel form, the masked
-    (n, n) matrix of weights (what attention computes); chunk_size C: the
-    chunkwise form, chunks of C tokens in the parallel form, the state
-    passed from chunk to chunk; C = 1 is the recurrence, one token a step.
+    exp(g_(j+1) + ... + g_i). chunk_size C: the chunkwise form, chunks of C
+    tokens in the parallel form, the state passed from chunk to chunk;
+    C = 1 is the recurrence, one token a step. chunk_size None (default):
+    one chunk holding the whole sequence, the parallel form, the masked
+    (n, n) matrix of weights (what attention computes); delta_rule gives
+    chunk_size the same meaning.
     Chapter 16.
     """
     _check_qkv(query, key, value, causal)
@@ -261,12 +263,16 @@ def delta_rule(query, key, value, beta, log_decay=None, chunk_size=None, initial
     For each token t, with S the state (zeros, or initial_state):
     S <- exp(g_t) S (log_decay given; per key channel if it is (..., n, d_k)),
     u_t = beta_t (v_t - S^T k_t), S <- S + k_t u_t^T, output_t = S^T q_t.
-    chunk_size None: that recurrence, one token at a time. chunk_size C: the
-    chunkwise-parallel form (Yang et al. 2024), the same numbers up to
-    rounding: inside a chunk the corrections u solve one unit lower-triangular
-    system (the UT transform of the WY representation), the outputs are
-    attention-like matrix products, and only the state passes from chunk to
-    chunk. The final state can be passed on as the next call's initial_state.
+    chunk_size C: the chunkwise-parallel form (Yang et al. 2024), the same
+    numbers up to rounding: inside a chunk the corrections u solve one unit
+    lower-triangular system (the UT transform of the WY representation), the
+    outputs are attention-like matrix products, and only the state passes
+    from chunk to chunk. C = 1 is that recurrence, one token at a time.
+    chunk_size None (default): one chunk holding the whole sequence, the
+    parallel form with an (n, n) system, as in linear_attention; it holds
+    (n, n) matrices ((n, n, d_k) for per-channel decays), so long inputs
+    want chunks. The final state can be passed on as the next call's
+    initial_state.
     Chapter 16.
     """
     _check_delta_inputs(query, key, value, beta, log_decay, initial_state)
@@ -281,7 +287,9 @@ def delta_rule(query, key, value, beta, log_decay=None, chunk_size=None, initial
         log_decay = _finite_log_decay(log_decay)
         if log_decay.dim() < key.dim():
             log_decay = log_decay[..., None]  # (..., n, 1)
-    if chunk_size is None:
+    if chunk_size is None:  # one chunk: the whole sequence (at least 1 for n = 0)
+        chunk_size = max(key.shape[-2], 1)
+    if chunk_size == 1:  # chunks of one token: the recurrence itself
         output, state = _delta_recurrent(query, key, value, beta, log_decay, state)
     else:
         if log_decay is None:

@@ -2,10 +2,10 @@
 
 Notable:
 - a small "lightning indexer" scores every earlier token s for query t,
-  I_ts = sum_j eta_tj ReLU(q_tj . k_s / sqrt(d_I)), and the query attends, with MLA
+  I_ts = sum_i eta_ti ReLU(q_ti . k_s / sqrt(d_I)), and the query attends, with MLA
   (`attention_course.latent`), only to the top_k tokens of largest I_ts;
 - the indexer reads MLA's query latent c_t and caches one key of d_I numbers per token, shared
-  by its heads; RoPE turns the first rope_dim dimensions of q_tj and k_s (half-split pairing);
+  by its heads; RoPE turns the first rope_dim dimensions of q_ti and k_s (half-split pairing);
 - its scores are float32 for float16/bfloat16 inputs, as in transformers (rounded, they would
   tie and the selection would turn on the rounding);
 - the selection is a mask over all keys (as transformers' eager path): this module computes the
@@ -56,9 +56,9 @@ def _check_indexer_sizes(
 
 
 class LightningIndexer(nn.Module):
-    """DeepSeek-V3.2's lightning indexer: I_ts = sum_j eta_tj ReLU(q_tj . k_s / sqrt(d_I)),
-    -inf for s > t, with q_tj the j-th block of W_IQ c_t (c_t: MLA's query latent), k_s =
-    LayerNorm(W_IK x_s) and eta_tj = (W_w x_t)_j / sqrt(H_I). Sizes: embed_dim d, q_rank d_c',
+    """DeepSeek-V3.2's lightning indexer: I_ts = sum_i eta_ti ReLU(q_ti . k_s / sqrt(d_I)),
+    -inf for s > t, with q_ti the i-th block of W_IQ c_t (c_t: MLA's query latent), k_s =
+    LayerNorm(W_IK x_s) and eta_ti = (W_w x_t)_i / sqrt(H_I). Sizes: embed_dim d, q_rank d_c',
     num_heads H_I (index_n_heads), head_dim d_I (index_head_dim), rope_dim (even, <= d_I),
     base (rope_theta; plain RoPE).
 
@@ -94,14 +94,14 @@ class LightningIndexer(nn.Module):
     def _scores(self, x, q_latent, positions):
         batch, length, _ = x.shape
         work = torch.float32 if x.dtype in HALF_PRECISION else x.dtype
-        # q_tj: the j-th block of W_IQ c_t; k_s = LayerNorm(W_IK x_s), one for all heads
+        # q_ti: the i-th block of W_IQ c_t; k_s = LayerNorm(W_IK x_s), one for all heads
         queries = self.q_up(q_latent).view(batch, length, self.num_heads, self.head_dim)
         queries = self._rope(queries.transpose(1, 2), positions)  # (b, H_I, L, d_I)
         keys = self._rope(self.k_norm(self.k_proj(x)), positions)  # (b, L, d_I)
-        # ReLU(q_tj . k_s / sqrt(d_I))
+        # ReLU(q_ti . k_s / sqrt(d_I))
         dots = queries.to(work) @ keys.to(work)[:, None].transpose(-2, -1)  # (b, H_I, L, L)
         votes = (dots * self.scale).relu_()
-        # eta_tj = (W_w x_t)_j / sqrt(H_I); I_ts = sum_j eta_tj votes_jts
+        # eta_ti = (W_w x_t)_i / sqrt(H_I); I_ts = sum_i eta_ti votes_its
         weights = self.head_weights(x).to(work) / math.sqrt(self.num_heads)  # (b, L, H_I)
         scores = torch.einsum("bth,bhts->bts", weights, votes)  # (b, L, L)
         causal = _kernels.allowed_by_position(positions, positions)  # (L, L)
