@@ -237,3 +237,24 @@ def test_generation_check_names_the_cause_of_each_slip(slip, message):
     for seed in (0, *HIDDEN_SEEDS):
         with pytest.raises(CheckFailed, match=message):
             checks.check_generate_cached(wrong, seed=seed)
+
+
+def test_window_checks_name_a_window_without_the_token_and_the_wrong_axis():
+    def without_itself(queries, keys, window):
+        offsets = queries[:, None] - keys[None, :]
+        return (offsets > 0) & (offsets < window)
+
+    def shifted(queries, keys, window):
+        offsets = queries[:, None] - keys[None, :]
+        return (offsets > 0) & (offsets <= window)
+
+    def last_axis(held, new, window):
+        everything = torch.cat([held, new], dim=2)
+        return everything, everything if window is None else everything[..., -window:]
+
+    with pytest.raises(CheckFailed, match="may not see itself"):
+        checks.check_sliding_window_mask(without_itself)
+    with pytest.raises(CheckFailed, match="shifted by one"):
+        checks.check_sliding_window_mask(shifted)
+    with pytest.raises(CheckFailed, match="the tokens are on axis 2"):
+        checks.check_cache_append(last_axis)

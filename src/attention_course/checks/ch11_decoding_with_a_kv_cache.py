@@ -44,9 +44,12 @@ def _window_cases(seed):
         yield case, torch.tensor(list(queries)), torch.tensor(list(keys)), window
 
 
-def _window_by_loops(queries, keys, window, inclusive=False):
+def _window_by_loops(queries, keys, window, inclusive=False, itself=True):
     reach = window + 1 if inclusive else window  # keys t - reach < s <= t
-    return torch.tensor([[t - reach < s <= t for s in keys.tolist()] for t in queries.tolist()])
+    last = 0 if itself else 1  # itself=False: keys t - reach < s < t
+    return torch.tensor(
+        [[t - reach < s <= t - last for s in keys.tolist()] for t in queries.tolist()]
+    )
 
 
 @self_check
@@ -76,6 +79,17 @@ def check_sliding_window_mask(fn, seed=0):
                     torch.ones(len(queries), len(keys), dtype=torch.bool).tril(),
                     "your mask is aligned top-left by index; compare "
                     "positions instead (new queries come after the cache)",
+                ),
+                (
+                    _window_by_loops(queries, keys, window, itself=False),
+                    "a query may not see itself in your mask: the window "
+                    "holds the token itself and the window - 1 before it, "
+                    "t - window < s <= t",
+                ),
+                (
+                    _window_by_loops(queries, keys, window, inclusive=True, itself=False),
+                    "your window is shifted by one, t - window <= s < t: the "
+                    "token itself is in it, and key t - window is not",
                 ),
             ]
             for wrong, hint in hints:
@@ -125,6 +139,17 @@ def check_cache_append(fn, seed=0):
         if not (isinstance(got, tuple) and len(got) == 2):
             raise CheckFailed(f"case '{case}': return two tensors, (attend_to, kept)")
         attend_to, kept = got
+        if (
+            window is not None
+            and window < new.shape[3]
+            and isinstance(kept, torch.Tensor)
+            and torch.equal(kept, expected_all[..., -window:])
+        ):
+            raise CheckFailed(
+                f"case '{case}': you kept the last window entries of the "
+                "head dimension (the last axis); the tokens are on axis 2: "
+                "attend_to[:, :, -window:]"
+            )
         if (
             isinstance(attend_to, torch.Tensor)
             and attend_to.shape == expected_kept.shape
