@@ -13,7 +13,7 @@ from attention_course.checks import CheckFailed
 from helpers.rotary_reference import rotate_by_matrices
 
 
-def rotary_attention_by_loops(x, w_q, w_k, w_v, rotate_values=False):
+def rotary_attention_by_loops(x, w_q, w_k, w_v, rotate_values=False, causal=True):
     seq = len(x)
     positions = torch.arange(seq)
     q = rotate_by_matrices(x.double() @ w_q.double(), positions)
@@ -23,7 +23,8 @@ def rotary_attention_by_loops(x, w_q, w_k, w_v, rotate_values=False):
         v = rotate_by_matrices(v, positions)
     out = []
     for i in range(seq):
-        scores = torch.stack([q[i] @ k[j] for j in range(i + 1)])
+        seen = range(i + 1) if causal else range(seq)
+        scores = torch.stack([q[i] @ k[j] for j in seen])
         weights = torch.softmax(scores / math.sqrt(q.shape[1]), dim=0)
         out.append(sum(w * v[j] for j, w in enumerate(weights)))
     return torch.stack(out)
@@ -49,14 +50,19 @@ def llama3_by_wavelengths(theta, factor, low, high, context, slip=None):
             if slip == "no blend":
                 smooth = 1.0
             kept = divided = smooth * frequency + (1 - smooth) * new
+            if slip == "divisor blended":
+                kept = divided = frequency / (smooth + (1 - smooth) * factor)
         frequencies.append(divided if slip == "swapped" else kept)
     return torch.tensor(frequencies, dtype=theta.dtype)
 
 
-def rotate_with_exponents_missing_the_two(x, positions, base=10000.0):
-    """RoPE with the frequencies base^(-i/d): the common slip."""
+def rotate_with_exponents_missing_the_two(x, positions, base=10000.0, sign=-1):
+    """RoPE with the frequencies base^(-i/d): the common slip; sign=+1 gives
+    base^(+2i/d), the exponent's sign forgotten."""
     half = x.shape[-1] // 2
     theta = base ** (-torch.arange(half, dtype=torch.float64) / x.shape[-1])
+    if sign > 0:
+        theta = base ** (torch.arange(0, x.shape[-1], 2, dtype=torch.float64) / x.shape[-1])
     angles = positions.double()[:, None] * theta
     first, second = x.double().chunk(2, dim=-1)
     return torch.cat(
@@ -114,6 +120,7 @@ def test_rotary_check_names_frequencies_missing_the_two():
         ("no blend", "are blended, not"),
         ("no 2 pi", "one turn is 2 pi radians"),
         ("multiplied", "do not multiply"),
+        ("divisor blended", "blend the frequencies, not the divisors"),
     ],
 )
 def test_llama3_check_names_the_usual_slips(slip, message):
@@ -150,3 +157,15 @@ def test_rotary_attention_check_names_the_wrong_scale():
     )
     with pytest.raises(CheckFailed, match="sqrt\\(d_model\\)"):
         checks.check_rotary_attention(by_model_width)
+
+
+def test_rotary_check_names_growing_frequencies_and_positions_ignored():
+    with pytest.raises(CheckFailed, match=r"frequencies grow with i, base\^\(\+2i/d\)"):
+        checks.check_rotary(lambda x, p: rotate_with_exponents_missing_the_two(x, p, sign=1))
+    with pytest.raises(CheckFailed, match="its own position, positions\\[j\\]"):
+        checks.check_rotary(lambda x, p: rotate_by_matrices(x, torch.arange(len(x))))
+
+
+def test_rotary_attention_check_names_a_missing_causal_mask():
+    with pytest.raises(CheckFailed, match="not causal"):
+        checks.check_rotary_attention(lambda *a: rotary_attention_by_loops(*a, causal=False))

@@ -38,7 +38,7 @@ def generate_with_own_lists(
     def attend(block, layer_keys, layer_values, h, where):
         attention = block.attention
         turn = torch.stack(
-            [rotation_matrix(int(p), attention.head_dim) for p in where]
+            [rotation_matrix(int(p), attention.head_dim, block.base) for p in where]
         )  # (L, d, d)
         q = torch.einsum("lij,bhlj->bhli", turn, heads(attention.q_proj, h, attention.num_heads))
         k = torch.einsum("lij,bhlj->bhli", turn, heads(attention.k_proj, h, attention.num_kv_heads))
@@ -83,25 +83,46 @@ def generate_with_own_lists(
     return tokens
 
 
-def generate_with_kv_cache(model, ids, max_new_tokens, chunk=None, twice=False):
+def generate_with_kv_cache(model, ids, max_new_tokens, chunk=None, twice=False, slip=None):
     """As a learner would write it: KVCache, apply_rotary and PyTorch's SDPA
-    with a bottom-right mask; with twice=True every update is done twice."""
+    with a bottom-right mask; with twice=True every update is done twice.
+    slip: one usual mistake, "default base" (apply_rotary without block.base),
+    "is_causal" (SDPA's is_causal=True instead of the mask), "repeat" (GQA by
+    .repeat), "rotated again" (the keys cache.update returns rotated once
+    more) or "no scale" (attention by hand without 1/sqrt(d_h))."""
     caches = [KVCache() for _ in model.blocks]
 
     def attend(block, h, positions, cache):
         attention = block.attention
+        base = {} if slip == "default base" else {"base": block.base}
         q = attention.q_proj(h).unflatten(-1, (attention.num_heads, -1))
-        q = apply_rotary(q.transpose(1, 2), positions)
+        q = apply_rotary(q.transpose(1, 2), positions, **base)
         k, v = attention.project_kv(h)
-        k = apply_rotary(k, positions)
+        k = apply_rotary(k, positions, **base)
         all_keys, all_values = cache.update(k, v)
         if twice:
             cache.update(k, v)
+        if slip == "rotated again":
+            all_keys = apply_rotary(all_keys, torch.arange(all_keys.shape[2]), block.base)
         n_new, n_all = len(positions), all_keys.shape[2]
         mask = torch.ones(n_new, n_all, dtype=torch.bool).tril(n_all - n_new)
-        out = torch.nn.functional.scaled_dot_product_attention(
-            q, all_keys, all_values, attn_mask=mask, enable_gqa=True
-        )
+        group = attention.num_heads // attention.num_kv_heads
+        if slip == "is_causal":
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q, all_keys, all_values, is_causal=True, enable_gqa=True
+            )
+        elif slip == "repeat":
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q, all_keys.repeat(1, group, 1, 1), all_values.repeat(1, group, 1, 1), mask
+            )
+        elif slip == "no scale":
+            scores = q @ all_keys.repeat_interleave(group, 1).transpose(-2, -1)
+            weights = torch.softmax(scores.masked_fill(~mask, -torch.inf), -1)
+            out = weights @ all_values.repeat_interleave(group, 1)
+        else:
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q, all_keys, all_values, attn_mask=mask, enable_gqa=True
+            )
         return attention.out_proj(out.transpose(1, 2).flatten(2))
 
     def read(new):
@@ -167,7 +188,7 @@ def test_generation_check_explains_the_usual_mistakes():
 
     with pytest.raises(CheckFailed, match="positions restart at 0"):
         checks.check_generate_cached(wrong(restart=True))
-    with pytest.raises(CheckFailed, match="chunks of 4.*aligned top-left"):
+    with pytest.raises(CheckFailed, match="chunks of [34].*aligned top-left"):
         checks.check_generate_cached(wrong(mask="top-left"))
     with pytest.raises(CheckFailed, match="received 26 tokens for a text of 14"):
         checks.check_generate_cached(
@@ -197,3 +218,43 @@ def test_generation_check_explains_the_usual_mistakes():
         )
     with pytest.raises(CheckFailed, match="takes chunk=..."):
         checks.check_generate_cached(lambda m, i, n: generate_with_own_lists(m, i, n))
+
+
+@pytest.mark.parametrize(
+    "slip, message",
+    [
+        ("default base", "default base 10000, not the block's: pass base=block.base"),
+        ("is_causal", "aligned top-left \\(is_causal=True"),
+        ("repeat", "repeat_interleave\\(group, dim=1\\)"),
+        ("rotated again", "cached keys are rotated a second time"),
+        ("no scale", "not divided by sqrt\\(d_h\\)"),
+    ],
+)
+def test_generation_check_names_the_cause_of_each_slip(slip, message):
+    def wrong(model, ids, max_new_tokens, chunk=None):
+        return generate_with_kv_cache(model, ids, max_new_tokens, chunk, slip=slip)
+
+    for seed in (0, *HIDDEN_SEEDS):
+        with pytest.raises(CheckFailed, match=message):
+            checks.check_generate_cached(wrong, seed=seed)
+
+
+def test_window_checks_name_a_window_without_the_token_and_the_wrong_axis():
+    def without_itself(queries, keys, window):
+        offsets = queries[:, None] - keys[None, :]
+        return (offsets > 0) & (offsets < window)
+
+    def shifted(queries, keys, window):
+        offsets = queries[:, None] - keys[None, :]
+        return (offsets > 0) & (offsets <= window)
+
+    def last_axis(held, new, window):
+        everything = torch.cat([held, new], dim=2)
+        return everything, everything if window is None else everything[..., -window:]
+
+    with pytest.raises(CheckFailed, match="may not see itself"):
+        checks.check_sliding_window_mask(without_itself)
+    with pytest.raises(CheckFailed, match="shifted by one"):
+        checks.check_sliding_window_mask(shifted)
+    with pytest.raises(CheckFailed, match="the tokens are on axis 2"):
+        checks.check_cache_append(last_axis)

@@ -26,6 +26,8 @@ def flash_by_key_blocks(mistake=None):
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if is_causal and not (backward and mistake == "no mask in backward"):
             later = torch.tensor(cols)[None, :] > torch.tensor(rows)[:, None]
+            if mistake == "tile-local mask":  # the tile's own indices
+                later = torch.ones(len(rows), len(cols), dtype=torch.bool).triu(1)
             scores = scores.masked_fill(later, -math.inf)
         return scores
 
@@ -34,6 +36,8 @@ def flash_by_key_blocks(mistake=None):
             return True
         if mistake == "block index":
             return cols.start // key_block <= rows.start // query_block
+        if mistake == "first query":
+            return cols[0] <= rows[0]
         return cols[0] <= rows[-1]
 
     class Flash(torch.autograd.Function):
@@ -66,6 +70,8 @@ def flash_by_key_blocks(mistake=None):
                 )
                 if mistake.endswith("in ctx"):
                     ctx.weights = weights
+                elif mistake.endswith("in a ctx dict"):
+                    ctx.tiles = {"all": weights}
                 else:
                     saved = (*saved, weights)
             ctx.save_for_backward(*saved)
@@ -86,16 +92,23 @@ def flash_by_key_blocks(mistake=None):
                     if not needed(rows, cols, is_causal, query_block, key_block):
                         continue
                     q, g = query[..., rows, :], grad_out[..., rows, :]
-                    p = torch.exp(
-                        masked_scores(q, k, rows, cols, is_causal, backward=True)
-                        - lse[..., rows, None]
-                    )
-                    dv[..., cols, :] += p.transpose(-2, -1) @ g
+                    scores = masked_scores(q, k, rows, cols, is_causal, backward=True)
+                    p = torch.exp(scores - lse[..., rows, None])
+                    if mistake == "tile softmax":
+                        p = torch.softmax(scores, dim=-1)
                     dp = g @ v.transpose(-2, -1)
                     row_delta = (p * dp).sum(-1) if mistake == "tile delta" else delta[..., rows]
                     ds = p * (dp - row_delta[..., None])
-                    dq[..., rows, :] += ds @ k * scale
-                    dk[..., cols, :] += ds.transpose(-2, -1) @ q * scale
+                    if mistake == "dV assigned":
+                        dv[..., cols, :] = p.transpose(-2, -1) @ g
+                        dk[..., cols, :] = ds.transpose(-2, -1) @ q * scale
+                    else:
+                        dv[..., cols, :] += p.transpose(-2, -1) @ g
+                        dk[..., cols, :] += ds.transpose(-2, -1) @ q * scale
+                    if mistake == "dQ assigned":
+                        dq[..., rows, :] = ds @ k * scale
+                    else:
+                        dq[..., rows, :] += ds @ k * scale
             return dq, dk, dv, None, None, None
 
     return Flash
@@ -137,6 +150,12 @@ def test_flash_check_passes_an_independent_answer(capsys):
         ("block index", "compare positions"),
         ("no skip", r"hold only 6\d% of the scores"),
         ("saves the weights in ctx", "you keep tensors in ctx.weights"),
+        ("saves the weights in a ctx dict", "you keep tensors in ctx.tiles"),
+        ("tile-local mask", "build the mask from global positions"),
+        ("first query", "only when its first key comes after the block's last query"),
+        ("tile softmax", r"exp\(S - lse\), with the saved log-sum-exp"),
+        ("dV assigned", "dK and dV are sums over every query block"),
+        ("dQ assigned", "dQ is a sum over every key block"),
         ("saves the weights", r"you saved tensors of shapes .*\(20, 13\)\]"),
         ("tile delta", "not one tile's"),
         ("no mask in backward", "forward pass's causal mask"),
@@ -176,12 +195,14 @@ def test_flash_check_refuses_whole_matrices_and_pytorchs_answers():
 
 def flash_forward_by_query_blocks(mistake):
     """A forward pass in FlashAttention-2's order (query blocks outside) with
-    one of two slips in combining the tiles; the check stops before backward."""
+    one of three slips, in combining the tiles or saving log l without m; the
+    check stops before backward."""
 
     class Slipped(flash_by_key_blocks()):
         @staticmethod
         def forward(ctx, query, key, value, is_causal, query_block, key_block):
             out = torch.empty(*query.shape[:-1], value.shape[-1], dtype=query.dtype)
+            log_l = torch.empty(query.shape[:-1], dtype=query.dtype)
             for r0 in range(0, query.shape[-2], query_block):
                 q = query[..., r0 : r0 + query_block, :] / math.sqrt(query.shape[-1])
                 m = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)
@@ -202,6 +223,9 @@ def flash_forward_by_query_blocks(mistake):
                 out[..., r0 : r0 + query_block, :] = (
                     acc if mistake == "normalised in the loop" else acc / total[..., None]
                 )
+                log_l[..., r0 : r0 + query_block] = total.log()
+            if mistake == "saves log l":
+                ctx.save_for_backward(query, key, value, out, log_l)
             return out
 
     return Slipped
@@ -210,6 +234,49 @@ def flash_forward_by_query_blocks(mistake):
 def test_flash_check_names_a_normalisation_inside_the_loop():
     with pytest.raises(CheckFailed, match="divide by the sum once"):
         checks.check_flash_autograd(flash_forward_by_query_blocks("normalised in the loop"))
+
+
+def test_flash_check_names_log_l_saved_without_the_maximum():
+    with pytest.raises(CheckFailed, match="you saved log l.*without the running maximum m"):
+        checks.check_flash_autograd(flash_forward_by_query_blocks("saves log l"))
+
+
+def test_flash_check_blames_the_causal_tiles_not_the_rescaling():
+    """A skip that drops needed tiles, written another way than the check's
+    own mistakes (a tile is skipped when its last key comes after the
+    block's first query): right with one key block, right without the mask."""
+
+    class SkipsByLastKey(flash_forward_by_query_blocks(None)):
+        @staticmethod
+        def forward(ctx, query, key, value, is_causal, query_block, key_block):
+            out = torch.empty(*query.shape[:-1], value.shape[-1], dtype=query.dtype)
+            lse = torch.empty(query.shape[:-1], dtype=query.dtype)
+            for r0 in range(0, query.shape[-2], query_block):
+                rows = torch.arange(r0, min(r0 + query_block, query.shape[-2]))
+                q = query[..., rows, :] / math.sqrt(query.shape[-1])
+                m = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)
+                total, acc = torch.zeros_like(m), 0.0
+                for c0 in range(0, key.shape[-2], key_block):
+                    cols = torch.arange(c0, min(c0 + key_block, key.shape[-2]))
+                    if is_causal and c0 > 0 and cols[-1] > rows[0]:
+                        continue
+                    s = q @ key[..., cols, :].transpose(-2, -1)
+                    if is_causal:
+                        s = s.masked_fill(cols[None, :] > rows[:, None], -math.inf)
+                    new_m = torch.maximum(m, s.amax(-1))
+                    factor = torch.exp(m - new_m)
+                    p = torch.exp(s - new_m[..., None])
+                    total = total * factor + p.sum(-1)
+                    acc = acc * factor[..., None] + p @ value[..., cols, :]
+                    m = new_m
+                out[..., rows, :] = acc / total[..., None]
+                lse[..., rows] = m + total.log()
+            ctx.save_for_backward(query, key, value, out, lse)
+            return out
+
+    with pytest.raises(CheckFailed, match="the causal tiles are wrong") as failure:
+        checks.check_flash_autograd(SkipsByLastKey)
+    assert "exp(m_old - m_new)" not in str(failure.value)
 
 
 def test_flash_check_asks_for_the_saved_log_sum_exp():

@@ -97,3 +97,27 @@ def test_tiled_attention_checks_explain_the_usual_mistakes():
         checks.check_causal_tiles(
             lambda n_q, n_k, b_q, b_k: attention_course.tiled.tile_schedule(n_q, n_k, b_q, True)
         )
+
+
+def test_causal_tiles_check_names_the_wrong_query_or_key_of_a_tile():
+    def by_first_query(n_queries, n_keys, query_block, key_block):
+        pairs = []
+        for q, first_query in enumerate(range(0, n_queries, query_block)):
+            for k, first_key in enumerate(range(0, n_keys, key_block)):
+                if first_key <= first_query:
+                    pairs.append((q, k))
+        return pairs
+
+    def by_last_key(n_queries, n_keys, query_block, key_block):
+        pairs = []
+        for q, first_query in enumerate(range(0, n_queries, query_block)):
+            last_query = min(first_query + query_block, n_queries) - 1
+            for k, first_key in enumerate(range(0, n_keys, key_block)):
+                if min(first_key + key_block, n_keys) - 1 <= last_query:
+                    pairs.append((q, k))
+        return pairs
+
+    with pytest.raises(CheckFailed, match="with the block's first query"):
+        checks.check_causal_tiles(by_first_query)
+    with pytest.raises(CheckFailed, match="drops the tiles on the diagonal"):
+        checks.check_causal_tiles(by_last_key)

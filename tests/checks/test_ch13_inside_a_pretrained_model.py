@@ -74,8 +74,22 @@ def test_previous_word_check_explains_the_usual_mistakes():
     def same_word(word_ids):
         return previous_word_by_word_spans([None if w is None else w - 1 for w in word_ids]).T
 
-    with pytest.raises(CheckFailed):
-        checks.check_previous_word_targets(same_word)
+    with pytest.raises(CheckFailed, match="you marked the next word"):
+        checks.check_previous_word_targets(same_word)  # the next word, in fact
+
+    def next_word(word_ids):  # the comparison the wrong way round
+        ids = [-5 if w is None else w for w in word_ids]
+        return torch.tensor([[b - 1 == a for b in ids] for a in ids])
+
+    with pytest.raises(CheckFailed, match="you marked the next word"):
+        checks.check_previous_word_targets(next_word)
+
+    def own_word(word_ids):  # the "- 1" forgotten
+        ids = [-5 if w is None else w for w in word_ids]
+        return torch.tensor([[a == b and a >= 0 for b in ids] for a in ids])
+
+    with pytest.raises(CheckFailed, match="the query's own word"):
+        checks.check_previous_word_targets(own_word)
 
 
 def test_ablation_check_explains_the_usual_mistakes():
@@ -102,7 +116,11 @@ def test_ablation_check_explains_the_usual_mistakes():
 
     with pytest.raises(CheckFailed, match="value bias"):  # b_v still flows out
         checks.check_ablate_head(zeroing_rows("v_proj"))
-    with pytest.raises(CheckFailed, match="ablated layer's output at index"):
+    with pytest.raises(CheckFailed, match="query or key rows changes where the head looks"):
         checks.check_ablate_head(zeroing_rows("q_proj"))  # query-independent weights
+    with pytest.raises(CheckFailed, match="query or key rows changes where the head looks"):
+        checks.check_ablate_head(zeroing_rows("k_proj"))
+    with pytest.raises(CheckFailed, match="you zeroed rows of out_proj"):
+        checks.check_ablate_head(zeroing_rows("out_proj"))
     with pytest.raises(CheckFailed, match="return the ablated copy"):
         checks.check_ablate_head(lambda attention, head: attention.out_proj.weight * 0)

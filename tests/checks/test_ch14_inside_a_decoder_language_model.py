@@ -73,3 +73,26 @@ def test_induction_targets_check_accepts_loops_and_names_the_usual_slips():
         checks.check_induction_targets(not_causal)
     with pytest.raises(CheckFailed, match="bool"):
         checks.check_induction_targets(lambda ids: induction_targets_by_loops(ids).int())
+
+
+def test_induction_targets_check_names_the_cause_of_each_slip():
+    def key_before(ids):  # the key before the earlier occurrence
+        length = len(ids)
+        return torch.tensor(
+            [[s < t and bool(ids[s + 1] == ids[t]) for s in range(length)] for t in range(length)]
+        )
+
+    def strictly_before(ids):  # s < t instead of s <= t
+        return induction_targets_by_loops(ids) & torch.ones(len(ids), len(ids)).tril(-1).bool()
+
+    def rolled(ids):  # previous tokens by roll: key 0 sees the last token
+        previous = torch.roll(ids, 1)
+        return (previous[None, :] == ids[:, None]).tril()
+
+    for answer, message in (
+        (key_before, r"the key before the earlier occurrence, ids\[s \+ 1\]"),
+        (strictly_before, "you left out key s = t"),
+        (rolled, "key 0 follows no token"),
+    ):
+        with pytest.raises(CheckFailed, match=message):
+            checks.check_induction_targets(answer)

@@ -2,6 +2,8 @@
 independent correct answers pass, on the visible and the hidden seeds; typical wrong answers
 fail with a hint that names the mistake."""
 
+import math
+
 import pytest
 import torch
 from learner_answers import SEEDS
@@ -68,6 +70,8 @@ def test_absorbed_query_check_names_the_usual_mistakes():
         checks.check_absorbed_query(explicit_keys)
     with pytest.raises(CheckFailed, match="absorbed queries at index"):
         checks.check_absorbed_query(lambda q, w: 2 * absorbed_by_einsum(q, w))
+    with pytest.raises(CheckFailed, match="scale 1/sqrt\\(d\\) belongs to the scores"):
+        checks.check_absorbed_query(lambda q, w: absorbed_by_einsum(q, w) / math.sqrt(q.shape[-1]))
 
 
 def test_absorbed_query_check_refuses_a_hard_coded_answer():
@@ -113,6 +117,15 @@ def test_latent_cache_check_passes_independent_answers(answer, seed, capsys):
         (lambda c, n, b: c["num_hidden_layers"] * c["kv_lora_rank"] * n * b, "RoPE key"),
         (lambda c, n, b: c["num_attention_heads"] * cache_by_parts(c, n, b), "shared by all heads"),
         (lambda c, n, b: (c["kv_lora_rank"] + c["qk_rope_head_dim"]) * n * b, "every layer"),
+        (
+            lambda c, n, b: (
+                c["num_hidden_layers"]
+                * (c["kv_lora_rank"] + c["num_attention_heads"] * c["qk_rope_head_dim"])
+                * n
+                * b
+            ),
+            "one per token, shared by all heads, not one per head",
+        ),
         (
             lambda c, n, b: (
                 c["num_hidden_layers"]

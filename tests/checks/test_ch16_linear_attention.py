@@ -66,6 +66,13 @@ def read_before_write_but_first_token_patched(phi_q, phi_k, values):
         ),
         (lambda q, k, v: torch.softmax(torch.log(q @ k.T), 1) @ v, "every query reads every key"),
         (lambda q, k, v: torch.cumsum(v, 0) / torch.arange(1, len(v) + 1)[:, None], "running mean"),
+        (
+            lambda q, k, v: (
+                torch.einsum("tf,tfv->tv", q, torch.cumsum(k[:, :, None] * v[:, None, :], 0))
+                / (q @ k.sum(0))[:, None]
+            ),
+            "normaliser sums every key",
+        ),
         (read_before_write, "0 / 0 is NaN"),
         (read_before_write_but_first_token_patched, "its own key and value too"),
         (lambda q, k, v: recurrence_with_a_state(q, k, v)[:, :1], "shape"),
@@ -110,6 +117,11 @@ def test_gated_delta_step_check_passes_independent_answers(answer, seed, capsys)
         (lambda s, k, v, b, g: g * (s + b * torch.outer(k, v - s.T @ k)), "decayed after writing"),
         (lambda s, k, v, b, g: g * s + b * torch.outer(k, v - s.T @ k), "with the decayed state"),
         (lambda s, k, v, b, g: g * s + b * torch.outer(k, v), "linear attention's update"),
+        (lambda s, k, v, b, g: s + b * torch.outer(k, v - s.T @ k), "the state is not decayed"),
+        (
+            lambda s, k, v, b, g: g * s + torch.outer(k, b * v - g * s.T @ k),
+            "beta multiplies the whole error",
+        ),
         (lambda s, k, v, b, g: g * s + b * torch.outer(k, v + g * s.T @ k), "not v \\+ S'\\^T k"),
         (
             lambda s, k, v, b, g: (

@@ -63,6 +63,16 @@ def sink_without_a_shift(scores, sinks):
         ),
         (sink_shift_without_the_sink, "every score of that row is -inf"),
         (sink_without_a_shift, "exp\\(1000\\) overflows"),
+        (
+            lambda z, b: torch.softmax(
+                torch.cat([b[:, None, None].expand(*z.shape[:-1], 1), z], -1), -1
+            )[..., :-1],
+            "dropped the last column, a key's",
+        ),
+        (
+            lambda z, b: z.exp() / (z.exp().sum(-1, keepdim=True) + b[:, None, None]),
+            "as exp\\(omega_h\\), a logit like the scores",
+        ),
         (lambda z, b: 2 * sink_by_an_extra_column(z, b), "weights at index"),
         (lambda z, b: attention_course.sink_softmax(z, b), "calls `sink_softmax`"),
     ],
@@ -207,6 +217,14 @@ def top_k_with(k_of, mask_before=True, mask_after=True, dim=-1):
     return answer
 
 
+def top_left_top_k(index_scores, k):
+    """The causal mask without the offset of the cached keys."""
+    causal = torch.ones(index_scores.shape, dtype=torch.bool).tril()
+    scores = index_scores.masked_fill(~causal, float("-inf"))
+    top = scores.topk(min(k, index_scores.shape[1]), dim=-1).indices
+    return scatter(index_scores, top, -1) & causal
+
+
 @pytest.mark.parametrize(
     "wrong, hint",
     [
@@ -214,6 +232,7 @@ def top_k_with(k_of, mask_before=True, mask_after=True, dim=-1):
         (top_k_with(lambda k: k, mask_before=False), "masked the future after choosing"),
         (top_k_with(lambda k: k, mask_after=False), "got masked \\(-inf\\) keys"),
         (top_k_with(lambda k: k, dim=0), "best queries of each key"),
+        (top_left_top_k, "aligned top-left \\(tril\\(\\) without an offset\\)"),
         (top_k_with(lambda k: k + 1), "keeps min\\(k, that\\) = 3 of them, not 4"),
         (top_k_with(lambda k: max(k - 1, 1)), "keeps min\\(k, that\\) = 3 of them, not 2"),
         (

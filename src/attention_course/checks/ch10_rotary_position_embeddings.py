@@ -13,11 +13,12 @@ from .core import CheckFailed, compare, integers, passed, random, run, self_chec
 def _rotate_reference(x, positions, pairs, sign=1.0, base=10000.0, step=2):
     """float64 RoPE of x (..., seq, d): pairs "half" (i, i + d/2), Llama's, or
     "adjacent" (2i, 2i + 1), the complex form's; sign -1 turns backwards;
-    step 1 gives the frequencies base^(-i/d) of a common slip."""
+    step 1 gives the frequencies base^(-i/d) of a common slip, step -2 the
+    growing frequencies base^(+2i/d) of another."""
     x = x.double()
     d = x.shape[-1]
-    exponents = step * torch.arange(d // 2, dtype=torch.float64)
-    theta = base ** (-exponents / d)
+    exponents = abs(step) * torch.arange(d // 2, dtype=torch.float64)
+    theta = base ** (-exponents / d if step > 0 else exponents / d)
     angles = sign * positions.double()[:, None] * theta  # (seq, d/2)
     cos, sin = angles.cos(), angles.sin()
     if pairs == "half":
@@ -43,6 +44,11 @@ _ROTARY_MISTAKES = (
         "your frequencies are base^(-i/d); pair i "
         "turns at theta_i = base^(-2i/d), i = 0 .. d/2 - 1 (the exponents "
         "torch.arange(0, d, 2) / d)",
+    ),
+    (
+        dict(pairs="half", step=-2),
+        "your frequencies grow with i, base^(+2i/d); they fall: theta_i = "
+        "base^(-2i/d), so pair 0 turns fastest (1 radian per position)",
     ),
 )
 
@@ -76,8 +82,14 @@ def check_rotary(fn, seed=0):
         expected = _rotate_reference(x, where, "half")
         got = run(fn, (x, where), case, forbidden=(rotary.apply_rotary,))
         if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-            for options, hint in _ROTARY_MISTAKES:
-                wrong = _rotate_reference(x, where, **options)
+            by_index = (
+                dict(positions=torch.arange(len(where))),
+                "you rotated row j by the angle j theta_i; rotate each row by "
+                "its own position, positions[j] theta_i",
+            )
+            for options, hint in (*_ROTARY_MISTAKES, by_index):
+                options = {"positions": where, **options}
+                wrong = _rotate_reference(x, pairs=options.pop("pairs", "half"), **options)
                 close = torch.allclose(got.detach().double(), wrong, atol=1e-4)
                 if close and not torch.allclose(wrong, expected, atol=1e-4):
                     raise CheckFailed(f"case '{case}': {hint}")
@@ -86,14 +98,14 @@ def check_rotary(fn, seed=0):
     passed("your rotary embedding", n_cases)
 
 
-def _rotary_attention_reference(x, w_q, w_k, w_v, scale, rotate_values=False):
+def _rotary_attention_reference(x, w_q, w_k, w_v, scale, rotate_values=False, causal=True):
     q, k, v = (x.double() @ w.double() for w in (w_q, w_k, w_v))
     positions = torch.arange(len(x))
     q = _rotate_reference(q, positions, "half")
     k = _rotate_reference(k, positions, "half")
     if rotate_values:
         v = _rotate_reference(v, positions, "half")
-    allowed = torch.ones(len(x), len(x), dtype=torch.bool).tril()
+    allowed = torch.ones(len(x), len(x), dtype=torch.bool).tril(0 if causal else len(x))
     scores = (q @ k.T * scale).masked_fill(~allowed, -torch.inf)
     return torch.softmax(scores, -1) @ v
 
@@ -124,6 +136,11 @@ def check_rotary_attention(fn, seed=0):
                 _rotary_attention_reference(*weights, d_model**-0.5),
                 "you scaled by sqrt(d_model); the scale is sqrt(d), the size of queries and keys",
             ),
+            (
+                _rotary_attention_reference(*weights, d**-0.5, causal=False),
+                "your attention is not causal: query t may attend only to "
+                "keys s <= t (mask the later ones with -inf before the softmax)",
+            ),
         ]
         if isinstance(got, torch.Tensor) and got.shape == expected.shape and seq > 1:
             for wrong, hint in mistakes:
@@ -152,6 +169,8 @@ def _llama3_reference(theta, factor, low, high, context, mistake=None):
     elif mistake in ("cut at low", "cut at high"):
         bound = low if mistake == "cut at low" else high
         blend = (turns >= bound).double()
+    if mistake == "divisor blended":
+        return theta / (blend + (1 - blend) * factor)
     divisor = 1 / factor if mistake != "multiplied" else factor
     return theta * (blend + (1 - blend) * divisor)
 
@@ -178,6 +197,9 @@ _LLAMA3_MISTAKES = {
     "context * theta_i / (2 pi): one turn is 2 pi radians",
     "multiplied": "the slow pairs must turn slower: divide their frequency "
     "by factor, do not multiply it",
+    "divisor blended": "between the bounds blend the frequencies, not the "
+    "divisors: gamma_i theta_i + (1 - gamma_i) theta_i / factor, not "
+    "theta_i / (gamma_i + (1 - gamma_i) factor)",
 }
 
 

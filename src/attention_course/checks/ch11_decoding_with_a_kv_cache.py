@@ -44,9 +44,12 @@ def _window_cases(seed):
         yield case, torch.tensor(list(queries)), torch.tensor(list(keys)), window
 
 
-def _window_by_loops(queries, keys, window, inclusive=False):
+def _window_by_loops(queries, keys, window, inclusive=False, itself=True):
     reach = window + 1 if inclusive else window  # keys t - reach < s <= t
-    return torch.tensor([[t - reach < s <= t for s in keys.tolist()] for t in queries.tolist()])
+    last = 0 if itself else 1  # itself=False: keys t - reach < s < t
+    return torch.tensor(
+        [[t - reach < s <= t - last for s in keys.tolist()] for t in queries.tolist()]
+    )
 
 
 @self_check
@@ -76,6 +79,17 @@ def check_sliding_window_mask(fn, seed=0):
                     torch.ones(len(queries), len(keys), dtype=torch.bool).tril(),
                     "your mask is aligned top-left by index; compare "
                     "positions instead (new queries come after the cache)",
+                ),
+                (
+                    _window_by_loops(queries, keys, window, itself=False),
+                    "a query may not see itself in your mask: the window "
+                    "holds the token itself and the window - 1 before it, "
+                    "t - window < s <= t",
+                ),
+                (
+                    _window_by_loops(queries, keys, window, inclusive=True, itself=False),
+                    "your window is shifted by one, t - window <= s < t: the "
+                    "token itself is in it, and key t - window is not",
                 ),
             ]
             for wrong, hint in hints:
@@ -126,6 +140,17 @@ def check_cache_append(fn, seed=0):
             raise CheckFailed(f"case '{case}': return two tensors, (attend_to, kept)")
         attend_to, kept = got
         if (
+            window is not None
+            and window < new.shape[3]
+            and isinstance(kept, torch.Tensor)
+            and torch.equal(kept, expected_all[..., -window:])
+        ):
+            raise CheckFailed(
+                f"case '{case}': you kept the last window entries of the "
+                "head dimension (the last axis); the tokens are on axis 2: "
+                "attend_to[:, :, -window:]"
+            )
+        if (
             isinstance(attend_to, torch.Tensor)
             and attend_to.shape == expected_kept.shape
             and expected_kept.shape != expected_all.shape
@@ -155,6 +180,8 @@ def check_cache_append(fn, seed=0):
 
 # exercise 2: generation with a cache, wired by hand -------------------------
 
+_CHECK_BASE = 500.0  # not apply_rotary's default, so a forgotten base shows
+
 _MASK_HINTS = {
     "top-left": "your mask is aligned top-left (is_causal=True, or tril() "
     "without an offset): L new queries after S - L cached keys "
@@ -169,6 +196,25 @@ _POSITIONS_HINT = (
     "the RoPE positions restart at 0 at every step (or chunk): "
     "the new tokens continue the text, so their positions are "
     "cache.seen, cache.seen + 1, ... (read before the update)"
+)
+_BASE_HINT = (
+    "you rotate with apply_rotary's default base 10000, not the block's: "
+    "pass base=block.base (SmolLM2's is 100000, and these models' "
+    f"{_CHECK_BASE:g})"
+)
+_REPEAT_HINT = (
+    "your query heads read the wrong key-value heads: .repeat(group, 1) "
+    "cycles the heads (0, 1, 0, 1), but query heads 0 ... group - 1 share "
+    "key-value head 0; use repeat_interleave(group, dim=1), or "
+    "enable_gqa=True"
+)
+_ROTATED_AGAIN_HINT = (
+    "the cached keys are rotated a second time: rotate each key once, at "
+    "its own position, before cache.update, and use the keys that update "
+    "returns as they are"
+)
+_SCALE_HINT = (
+    "your scores are not divided by sqrt(d_h), the head dimension: softmax(q k^T / sqrt(d_h))"
 )
 _REFEED_HINT = (
     "the prompt's last token is read again after the prefill, so "
@@ -189,20 +235,27 @@ def _generation_mask(mode, n_new, n_all, positions, cache):
     return ones  # "none", or one token without a mask
 
 
-def _layer_by_hand(block, x, positions, cache, mask_mode):
-    """One pre-norm block on new tokens x (batch, L, d) at positions (L,)."""
+def _layer_by_hand(block, x, positions, cache, mask_mode, slip=None):
+    """One pre-norm block on new tokens x (batch, L, d) at positions (L,);
+    slip: "default base", "repeat" (GQA heads cycled), "rotated again" (the
+    cached keys rotated once more after the update) or "no scale"."""
     layer, h = block.attention, block.attention_norm(x)
     q = layer.q_proj(h).unflatten(-1, (layer.num_heads, -1)).transpose(1, 2)
     k = layer.k_proj(h).unflatten(-1, (layer.num_kv_heads, -1)).transpose(1, 2)
     v = layer.v_proj(h).unflatten(-1, (layer.num_kv_heads, -1)).transpose(1, 2)
-    q = rotary.apply_rotary(q, positions, block.base)  # (batch, H, L, d_h)
-    k, v = cache.update(rotary.apply_rotary(k, positions, block.base), v)
+    base = 10000.0 if slip == "default base" else block.base
+    q = rotary.apply_rotary(q, positions, base)  # (batch, H, L, d_h)
+    k, v = cache.update(rotary.apply_rotary(k, positions, base), v)
+    if slip == "rotated again":  # every held key turned once more
+        k = rotary.apply_rotary(k, torch.arange(k.shape[2]), base)
     group = layer.num_heads // layer.num_kv_heads
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    if slip == "repeat":
+        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+    else:
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     mask = _generation_mask(mask_mode, q.shape[2], k.shape[2], positions, cache)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
-        ~mask, -math.inf
-    )  # (batch, H, L, S)
+    scale = 1 if slip == "no scale" else math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-2, -1) / scale).masked_fill(~mask, -math.inf)  # (batch, H, L, S)
     heads = torch.softmax(scores, -1) @ v
     x = x + layer.out_proj(heads.transpose(1, 2).flatten(2))
     h = block.mlp_norm(x)
@@ -211,12 +264,20 @@ def _layer_by_hand(block, x, positions, cache, mask_mode):
 
 @torch.no_grad()
 def _generate_by_hand(
-    model, ids, max_new_tokens, chunk, positions="absolute", mask="bottom-right", refeed=False
+    model,
+    ids,
+    max_new_tokens,
+    chunk,
+    positions="absolute",
+    mask="bottom-right",
+    refeed=False,
+    slip=None,
 ):
     """Cached greedy decoding, right (the defaults) or with one of the usual
     slips: positions "restart" at 0 on every call, a mask aligned "top-left"
     (always, or "top-left-prefill": only on chunks of several tokens) or
-    "none", the prompt's last token read again after the prefill (refeed)."""
+    "none", the prompt's last token read again after the prefill (refeed),
+    or one of _layer_by_hand's slips."""
     caches = [decoding.KVCache() for _ in model.blocks]
 
     def read(new):  # (batch, L) -> last logits
@@ -224,7 +285,7 @@ def _generate_by_hand(
         where = torch.arange(start, start + new.shape[1])
         x = model.embed(new)
         for block, cache in zip(model.blocks, caches):
-            x = _layer_by_hand(block, x, where, cache, mask)
+            x = _layer_by_hand(block, x, where, cache, mask, slip)
         return model.lm_head(model.norm(x[:, -1]))  # (batch, vocab)
 
     step = chunk or ids.shape[1]
@@ -240,24 +301,32 @@ def _generate_by_hand(
     return tokens
 
 
+# single causes first: on one new token the top-left mask (is_causal=True)
+# and restarted positions with a mask from them both show only key 0, and the
+# softmax of one key is 1 whatever its rotation, so both give the same tokens
 _GENERATION_SLIPS = [
-    (dict(positions="restart"), [_POSITIONS_HINT]),
-    (dict(positions="restart", mask="positions"), [_POSITIONS_HINT]),
     (dict(mask="top-left-prefill"), [_MASK_HINTS["top-left"]]),
     (dict(mask="top-left"), [_MASK_HINTS["top-left"]]),
     (dict(mask="none"), [_MASK_HINTS["none"]]),
+    (dict(positions="restart"), [_POSITIONS_HINT]),
+    (dict(slip="default base"), [_BASE_HINT]),
+    (dict(slip="repeat"), [_REPEAT_HINT]),
+    (dict(slip="rotated again"), [_ROTATED_AGAIN_HINT]),
+    (dict(slip="no scale"), [_SCALE_HINT]),
+    (dict(refeed=True), [_REFEED_HINT]),
+    (dict(positions="restart", mask="positions"), [_POSITIONS_HINT]),
     (
         dict(positions="restart", mask="top-left-prefill"),
         [_POSITIONS_HINT, _MASK_HINTS["top-left"]],
     ),
     (dict(positions="restart", mask="top-left"), [_POSITIONS_HINT, _MASK_HINTS["top-left"]]),
-    (dict(refeed=True), [_REFEED_HINT]),
 ]
 
 
 def _generation_cases(seed):
     """(case, model, ids (batch, P), max_new_tokens, chunk): small random
-    float64 TinyDecoders (multi-head, grouped-query, multi-query)."""
+    float64 TinyDecoders (multi-head, grouped-query, multi-query) whose RoPE
+    base is not apply_rotary's default."""
     shapes = [
         ("a prompt of 6 tokens, 8 new, 4 heads sharing 2 KV heads", 1, 6, 8, None, 2),
         ("a one-token prompt, 10 new, multi-head", 1, 1, 10, None, 4),
@@ -284,7 +353,7 @@ def _generation_cases(seed):
     for number, (case, batch, prompt, new, chunk, kv_heads) in enumerate(shapes):
         with torch.random.fork_rng(devices=[]):  # the caller's seed stays
             torch.manual_seed(1234 + 1000 * seed + 170 + number)
-            model = decoding.TinyDecoder(29, 32, 4, kv_heads, 2).double()
+            model = decoding.TinyDecoder(29, 32, 4, kv_heads, 2, base=_CHECK_BASE).double()
         with torch.no_grad():  # attention, and so positions, decide tokens
             model.embed.weight.mul_(0.2)
             for block in model.blocks:

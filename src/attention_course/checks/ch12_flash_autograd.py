@@ -66,18 +66,24 @@ def _flash_inputs(case, seed, number):
     return [t.requires_grad_() for t in (q, k, v)], grad_output
 
 
-def _flash_tiles(case, by_index=False):
+def _flash_tiles(case, mistake=None):
     """(rows, cols, mask or None) of each tile computed: mask (B_r, B_c) is
     True where a key comes after its query; the tiles entirely above the
-    diagonal are skipped (by_index: those with key block c > query block r)."""
+    diagonal are skipped. Or those of a mistake: "block index" (skip key
+    block c > query block r), "first query" (skip a tile whose first key
+    comes after the block's first query), "tile-local mask" (the mask
+    triu(1) of the tile's own row and column indices)."""
     for r, q0 in enumerate(range(0, case.n_queries, case.query_block)):
         rows = slice(q0, min(q0 + case.query_block, case.n_queries))
         for c, k0 in enumerate(range(0, case.n_keys, case.key_block)):
             cols = slice(k0, min(k0 + case.key_block, case.n_keys))
-            if case.is_causal and (c > r if by_index else k0 >= rows.stop):
+            skip = {"block index": c > r, "first query": k0 > q0}.get(mistake, k0 >= rows.stop)
+            if case.is_causal and skip:
                 continue
             mask = None
-            if case.is_causal:
+            if case.is_causal and mistake == "tile-local mask":
+                mask = torch.ones(rows.stop - q0, cols.stop - k0, dtype=torch.bool).triu(1)
+            elif case.is_causal:
                 mask = (
                     torch.arange(cols.start, cols.stop)[None, :]
                     > torch.arange(rows.start, rows.stop)[:, None]
@@ -88,11 +94,11 @@ def _flash_tiles(case, by_index=False):
 def _flash_forward(q, k, v, case, mistake=None):
     """float64 FlashAttention-2 forward -> (output,), or that of a typical
     mistake: "no rescale", "accumulator not rescaled", "normalised in the
-    loop", "block index"."""
+    loop", or one of _flash_tiles' mistakes."""
     q, k, v = q.detach().double(), k.detach().double(), v.detach().double()
     scale = q.shape[-1] ** -0.5
     output = v.new_zeros(*q.shape[:-1], v.shape[-1])
-    tiles = _flash_tiles(case, by_index=mistake == "block index")
+    tiles = _flash_tiles(case, mistake)
     for rows, row_tiles in itertools.groupby(tiles, key=lambda t: t[0]):
         m = q.new_full((*q.shape[:-2], rows.stop - rows.start), -math.inf)
         l, a = torch.zeros_like(m), 0
@@ -117,7 +123,9 @@ def _flash_forward(q, k, v, case, mistake=None):
 def _flash_backward(q, k, v, grad_output, statistics, case, mistake=None):
     """float64 FlashAttention-2 backward -> (dQ, dK, dV) from the log-sum-exp,
     or that of a typical mistake: "tile delta" (D from one tile's weights),
-    "no scale" (dQ, dK without 1/sqrt(d)), "no mask"."""
+    "no scale" (dQ, dK without 1/sqrt(d)), "no mask", "tile softmax" (each
+    tile's weights normalised on their own), "dK dV assigned" or "dQ
+    assigned" (= instead of +=: the last tile's share only)."""
     q, k, v = q.detach().double(), k.detach().double(), v.detach().double()
     output, logsumexp = statistics["output"], statistics["logsumexp"]
     grad_output, scale = grad_output.double(), q.shape[-1] ** -0.5
@@ -128,13 +136,20 @@ def _flash_backward(q, k, v, grad_output, statistics, case, mistake=None):
         if mask is not None and mistake != "no mask":
             s = s.masked_fill(mask, -math.inf)
         p = torch.exp(s - logsumexp[..., rows, None])
+        if mistake == "tile softmax":
+            p = torch.softmax(s, dim=-1)
         d_out = grad_output[..., rows, :]
-        grads[2][..., cols, :] += p.transpose(-2, -1) @ d_out
         dp = d_out @ v[..., cols, :].transpose(-2, -1)
         d = (p * dp).sum(-1) if mistake == "tile delta" else delta[..., rows]
         ds = p * (dp - d[..., None]) * (1 if mistake == "no scale" else scale)
-        grads[0][..., rows, :] += ds @ k[..., cols, :]
-        grads[1][..., cols, :] += ds.transpose(-2, -1) @ q[..., rows, :]
+        shares = (ds @ k[..., cols, :], ds.transpose(-2, -1) @ q[..., rows, :])
+        shares += (p.transpose(-2, -1) @ d_out,)  # this tile's dQ, dK, dV
+        assigned = (mistake == "dQ assigned",) + (mistake == "dK dV assigned",) * 2
+        for grad, where, share, replace in zip(grads, (rows, cols, cols), shares, assigned):
+            if replace:  # the earlier tiles' shares are lost
+                grad[..., where, :] = share
+            else:
+                grad[..., where, :] += share
     return grads
 
 
@@ -188,6 +203,18 @@ _FORWARD_MISTAKES = (
         "compare positions: skip a tile when its first key comes after its "
         "last query",
     ),
+    (
+        "first query",
+        "you skip a tile when its first key comes after the block's first "
+        "query, but the block's later queries may see that key: skip a tile "
+        "only when its first key comes after the block's last query",
+    ),
+    (
+        "tile-local mask",
+        "your causal mask is the tile's own triu(1), from the row and column "
+        "indices inside the tile: build the mask from global positions, key "
+        "position k0 + j > query position q0 + i",
+    ),
 )
 
 _BACKWARD_MISTAKES = (
@@ -205,6 +232,17 @@ _BACKWARD_MISTAKES = (
         "recompute each tile's weights with the forward pass's "
         "causal mask: a key after its query has weight 0",
     ),
+    (
+        "tile softmax",
+        "you normalise each tile's weights by a softmax over the tile; the "
+        "weights are Phi = exp(S - lse), with the saved log-sum-exp of the "
+        "query's whole row",
+    ),
+    (
+        "dK dV assigned",
+        "dK and dV are sums over every query block: add each tile's share with +=, not =",
+    ),
+    ("dQ assigned", "dQ is a sum over every key block: add each tile's share with +=, not ="),
 )
 
 
@@ -234,7 +272,7 @@ def _all_close(got, expected, atol):
     return all(
         isinstance(g, torch.Tensor)
         and g.shape == e.shape
-        and torch.allclose(g.detach().double(), e, atol=atol)
+        and torch.allclose(g.detach().double(), e, atol=atol, equal_nan=True)
         for g, e in zip(got, expected)
     )
 
@@ -248,6 +286,19 @@ def _mistake_hint(got, mistakes, compute, correct, atol):
         wrong = compute(mistake)
         if not _all_close(wrong, correct, atol) and _all_close(got, wrong, atol):
             return hint
+    return None
+
+
+def _gradient_mistake_hint(got, mistakes, compute, correct, atol):
+    """The hint of the first mistake that reproduces one of the gradients
+    `got` (dQ, dK, dV) where it makes that gradient wrong: a slip in one
+    gradient's loop leaves the others right."""
+    if _all_close(got, correct, atol):
+        return None
+    for mistake, hint in mistakes:
+        for one, wrong, right in zip(got, compute(mistake), correct):
+            if not _all_close((wrong,), (right,), atol) and _all_close((one,), (wrong,), atol):
+                return hint
     return None
 
 
@@ -274,6 +325,8 @@ def _check_flash_saved(output, inputs, expected, case, atol):
     node = output.grad_fn
     for name, value in vars(node).items():
         held = value if isinstance(value, (list, tuple)) else [value]
+        if isinstance(value, dict):
+            held = list(value.values())
         if any(isinstance(t, torch.Tensor) and t.numel() > 1 for t in held):
             raise CheckFailed(
                 f"case '{case.name}': you keep tensors in "
@@ -304,6 +357,13 @@ def _check_flash_saved(output, inputs, expected, case, atol):
             "m; save the log-sum-exp m + log l, from which the "
             "backward pass gets each weight as exp(s - m - log l)"
         )
+    log_sum = lse - expected["row_max"]  # log l, the sum taken after m
+    if any(torch.allclose(t, log_sum, atol=atol) for t in candidates):
+        raise CheckFailed(
+            f"case '{case.name}': you saved log l, the log of the "
+            "running sum, without the running maximum m; save the "
+            "log-sum-exp m + log l"
+        )
     compare(
         candidates[0],
         lse,
@@ -314,7 +374,9 @@ def _check_flash_saved(output, inputs, expected, case, atol):
 
 
 def _one_key_block_hint(fn, inputs, case, expected, atol):
-    """Why an output is wrong, if all keys in one block make it right."""
+    """Why an output is wrong, if all keys in one block make it right: the
+    causal tiles (their skipping or mask) if the same blocks without the mask
+    are right, else the rescaling."""
     with torch.no_grad():
         output = run(
             fn.apply,
@@ -323,8 +385,26 @@ def _one_key_block_hint(fn, inputs, case, expected, atol):
             forbidden=_FLASH_ANSWERS,
             learner=fn,
         )
-    if not _all_close((output,), (expected["output"],), atol):
-        return None
+        if not _all_close((output,), (expected["output"],), atol):
+            return None
+        if case.is_causal:
+            unmasked = run(
+                fn.apply,
+                (*inputs, False, case.query_block, case.key_block),
+                case.name,
+                forbidden=_FLASH_ANSWERS,
+                learner=fn,
+            )
+            q, k, v = (t.detach().double() for t in inputs)
+            reference = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            if _all_close((unmasked,), (reference,), atol):
+                return (
+                    f"without the causal mask your blocks of {case.key_block} "
+                    "keys give the right output, with it they do not: the "
+                    "causal tiles are wrong. Skip a tile only when its first "
+                    "key comes after the block's last query, and build each "
+                    "tile's mask from global positions"
+                )
     return (
         f"with all keys in one block your output is right, with blocks "
         f"of {case.key_block} it is not: when a key block raises a row's "
@@ -430,7 +510,7 @@ def _flash_backward_case(fn, case, inputs, output, grad_output, expected):
             "is_causal, query_block and key_block"
         ) from None
     atol = 1e-5 if case.dtype == torch.float32 else 1e-9
-    hint = _mistake_hint(
+    hint = _gradient_mistake_hint(
         grads,
         _BACKWARD_MISTAKES,
         lambda mistake: _flash_backward(*inputs, grad_output, expected, case, mistake),
@@ -448,7 +528,7 @@ def _causal_work(case, by_index=False):
     """The fraction of the score entries that causal tiles cover."""
     covered = sum(
         (rows.stop - rows.start) * (cols.stop - cols.start)
-        for rows, cols, _ in _flash_tiles(case, by_index)
+        for rows, cols, _ in _flash_tiles(case, "block index" if by_index else None)
     )
     return covered / (case.n_queries * case.n_keys)
 

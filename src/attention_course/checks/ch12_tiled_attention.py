@@ -185,6 +185,26 @@ def check_causal_tiles(fn, seed=0):
             for k in range(math.ceil(n_keys / key_block))
         }
         by_index = {(q, k) for q, k in every_tile if k <= q}
+        last_query = {q: min((q + 1) * query_block, n_queries) - 1 for q, _ in every_tile}
+        slips = [
+            (
+                {(q, k) for q, k in every_tile if k * key_block <= q * query_block},
+                "you compare the tile's first key with the block's first "
+                "query, but the block's later queries see later keys: a tile "
+                "is needed when its first key is not after its last query",
+            ),
+            (
+                {
+                    (q, k)
+                    for q, k in every_tile
+                    if min((k + 1) * key_block, n_keys) - 1 <= last_query[q]
+                },
+                "you keep a tile only when its last key is not after the "
+                "last query, which drops the tiles on the diagonal: a tile "
+                "is needed as soon as its first key is not after its last "
+                "query",
+            ),
+        ]
         if got == every_tile != expected:
             raise CheckFailed(
                 f"case '{case}': you kept all {len(got)} tiles; "
@@ -197,6 +217,9 @@ def check_causal_tiles(fn, seed=0):
                 "compare positions: a tile is needed when its "
                 "first key is not after its last query"
             )
+        for wrong, hint in slips:
+            if got == wrong != expected:
+                raise CheckFailed(f"case '{case}': {hint}")
         missing, extra = sorted(expected - got), sorted(got - expected)
         if missing:
             raise CheckFailed(

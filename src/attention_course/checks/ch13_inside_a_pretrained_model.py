@@ -1,6 +1,7 @@
 """Checks of chapter 13's exercises: the previous-word targets of a tokenized sentence, and the
 ablation of one head of a multi-head attention layer."""
 
+import copy
 import math
 
 import torch
@@ -59,6 +60,23 @@ def check_previous_word_targets(fn, seed=0):
                 "mark every piece of the previous word, from "
                 "every piece of the current word"
             )
+        words = torch.tensor([-2 if w is None else w for w in word_ids])
+        real = words >= 0
+        same_word = (words[None, :] == words[:, None]) & real[None, :] & real[:, None]
+        for wrong, hint in (
+            (
+                expected.T,
+                "you marked the next word; key j is a target when its word "
+                "is the one just before query i's",
+            ),
+            (
+                same_word,
+                "you marked the pieces of the query's own word; mark those "
+                "of the word just before it",
+            ),
+        ):
+            if torch.equal(got, wrong) and not torch.equal(wrong, expected):
+                raise CheckFailed(f"case '{case}': {hint}")
         wrong = (got != expected).nonzero()
         if len(wrong):
             i, j = wrong[0].tolist()
@@ -85,6 +103,38 @@ def _heads_by_hand(attention, x, zeroed_head=None):
         output = weights @ v
         outputs.append(torch.zeros_like(output) if head == zeroed_head else output)
     return attention.out_proj(torch.cat(outputs, dim=-1))
+
+
+def _ablation_slips(attention, head):
+    """(wrongly ablated copy, hint) of the usual slips."""
+    columns = slice(head * attention.head_dim, (head + 1) * attention.head_dim)
+    slips = []
+    for name in ("q_proj", "k_proj"):
+        for with_bias in (False, True):
+            wrong = copy.deepcopy(attention)
+            projection = getattr(wrong, name)
+            with torch.no_grad():
+                projection.weight[columns] = 0
+                if with_bias and projection.bias is not None:
+                    projection.bias[columns] = 0
+            hint = (
+                "zeroing the head's query or key rows changes where the head looks "
+                "(its weights), not that it outputs a mix of values: zero the "
+                "head's columns of out_proj (or its value rows and value bias)"
+            )
+            slips.append((wrong, hint))
+    wrong = copy.deepcopy(attention)
+    with torch.no_grad():
+        wrong.out_proj.weight[columns] = 0
+    slips.append(
+        (
+            wrong,
+            "you zeroed rows of out_proj, output features to which every head "
+            "writes; head h enters out_proj through its columns h d_h ... "
+            "(h + 1) d_h - 1",
+        )
+    )
+    return slips
 
 
 @self_check
@@ -140,5 +190,12 @@ def check_ablate_head(fn, seed=0):
                         "b_v); zero the bias too, or zero the head's "
                         "columns of out_proj instead"
                     )
+        if isinstance(got, torch.Tensor):
+            for wrong, hint in _ablation_slips(attention, head):
+                with torch.no_grad():
+                    slipped = wrong(x, x, x)
+                slipped = slipped[0] if isinstance(slipped, tuple) else slipped
+                if got.shape == slipped.shape and torch.allclose(got, slipped, atol=1e-5):
+                    raise CheckFailed(f"case '{case}': {hint}")
         compare(got, expected, case, "ablated layer's output")
     passed("your head ablation", len(cases))

@@ -82,6 +82,33 @@ def _targets_by_loops(ids, shift):
     return targets
 
 
+def _induction_slips(ids):
+    """(wrong targets, hint) of the usual slips: the key before the occurrence,
+    key s = t left out, key 0 marked by a roll that wraps round."""
+    expected = _targets_by_loops(ids, shift=1)
+    before = torch.zeros_like(expected)
+    before[:, :-1] = ids[None, 1:] == ids[:, None]  # ids[s + 1] == ids[t]
+    wrapped = (ids.roll(1)[None, :] == ids[:, None]) & torch.ones_like(expected).tril()
+    return [
+        (
+            before & torch.ones_like(expected).tril(-1),
+            "you marked the key before the earlier occurrence, ids[s + 1] == "
+            "ids[t]; an induction head looks at the key after it, ids[s - 1] "
+            "== ids[t]",
+        ),
+        (
+            expected & torch.ones_like(expected).tril(-1),
+            "you left out key s = t: when ids[t - 1] == ids[t] the query's own "
+            "key follows the earlier occurrence, so 1 <= s <= t, not s < t",
+        ),
+        (
+            wrapped,
+            "key 0 follows no token, but your shift wraps round (torch.roll "
+            "compares key 0 with the last token): key 0 is never a target",
+        ),
+    ]
+
+
 @self_check
 def check_induction_targets(fn, seed=0):
     """Check fn(ids (L,)) -> bool (L, L), True where key s follows an earlier occurrence of
@@ -103,6 +130,9 @@ def check_induction_targets(fn, seed=0):
                     "induction head looks at the key after it, s with "
                     "ids[s - 1] == ids[t]"
                 )
+            for wrong, hint in _induction_slips(ids):
+                if torch.equal(got, wrong) and not torch.equal(wrong, expected):
+                    raise CheckFailed(f"case '{case}': {hint}")
             if (got & ~torch.ones_like(got).tril()).any():
                 raise CheckFailed(
                     f"case '{case}': a key after its query is marked; a decoder "

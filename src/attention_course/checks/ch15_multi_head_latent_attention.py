@@ -62,6 +62,15 @@ def _absorb_mistakes(q_content, k_up_weight):
             "head's block is (head_dim, kv_rank); you cut it as (kv_rank, head_dim)",
         ),
     ]
+    right = _absorbed_by_heads(q_content, k_up_weight)
+    for scale in (head_dim**-0.5, kv_rank**-0.5):
+        mistakes.append(
+            (
+                right * scale,
+                "you scaled the absorbed queries; they are q_i W_UK^(i) alone, "
+                "and the scale 1/sqrt(d) belongs to the scores computed with them",
+            )
+        )
     return mistakes
 
 
@@ -173,6 +182,11 @@ def _cache_mistakes(config, seq_len, size):
         (
             layers * rank * seq_len * size,
             "the decoupled RoPE key (qk_rope_head_dim numbers per token) is cached too",
+        ),
+        (
+            layers * (rank + heads * rope) * seq_len * size,
+            "the decoupled RoPE key is one per token, shared by all heads, "
+            "not one per head: qk_rope_head_dim numbers, not num_heads times that",
         ),
         (
             heads * right,

@@ -63,6 +63,13 @@ def _recurrence_mistakes(phi_q, phi_k, values):
             torch.cumsum(values.double(), 0) / torch.arange(1, len(values) + 1)[:, None],
             "that is the running mean of the values: the weights phi(q_t) . phi(k_j) are missing",
         ),
+        (
+            _recurrence_reference(phi_q, phi_k, values, normalize=False)
+            / every_key.sum(1, keepdim=True),
+            "your numerator is causal but your normaliser sums every key: divide "
+            "by phi(q_t) . z_t with z_t = phi(k_1) + ... + phi(k_t), the keys "
+            "so far",
+        ),
     ]
     if len(values) > 1:
         shifted = _recurrence_reference(phi_q, phi_k, values, causal_offset=1)[1:]
@@ -117,6 +124,10 @@ def _delta_step_reference(state, key, value, beta, gamma, mistake=None):
         return gamma * (state + beta * torch.outer(key, value - state.T @ key))
     if mistake == "undecayed prediction":
         return decayed + beta * torch.outer(key, value - state.T @ key)
+    if mistake == "no decay":
+        return state + beta * torch.outer(key, value - state.T @ key)
+    if mistake == "beta on the value":
+        return decayed + torch.outer(key, beta * value - decayed.T @ key)
     if mistake == "no correction":
         return decayed + beta * torch.outer(key, value)
     if mistake == "sign":
@@ -145,6 +156,15 @@ _DELTA_MISTAKES = (
         "writes the error, beta k (v - S'^T k)^T, with S' = gamma S",
     ),
     ("sign", "the error is v minus the prediction, v - S'^T k, not v + S'^T k"),
+    (
+        "no decay",
+        "the state is not decayed: the gate gamma multiplies it first, S' = "
+        "gamma S, before the prediction and the write",
+    ),
+    (
+        "beta on the value",
+        "beta multiplies the whole error, beta k (v - S'^T k)^T, not only the value",
+    ),
     (
         "transposed read",
         "the state is (d_k, d_v): its prediction for a key k is S^T k "

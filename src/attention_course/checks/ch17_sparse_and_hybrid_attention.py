@@ -55,6 +55,21 @@ def _sink_mistakes(scores, sinks):
             "row's denominator, so a row sums to less than 1",
         )
     ]
+    column = sinks[:, None, None].expand(heads, queries, 1)
+    mistakes.append(
+        (
+            torch.softmax(torch.cat([column, scores], -1), -1)[..., :-1],
+            "you put the sink's column first and then dropped the last column, "
+            "a key's: drop the sink's own column, the one you added",
+        )
+    )
+    mistakes.append(
+        (
+            scores.exp() / (scores.exp().sum(-1, keepdim=True) + column),
+            "the sink enters the denominator as exp(omega_h), a logit like the "
+            "scores, not as omega_h itself",
+        )
+    )
     if heads == queries:
         per_query = sinks[None, :, None].expand(heads, queries, 1)  # omega_t, not omega_h
         wrong = torch.softmax(torch.cat([scores, per_query], -1), -1)[..., :-1]
@@ -314,6 +329,15 @@ def _top_k_hint(got, scores, k, expected):
         return (
             "you chose the k best queries of each key (dim 0): choose among the "
             "keys of each query, dim=-1"
+        )
+    top_left = torch.ones(scores.shape, dtype=torch.bool).tril()
+    if scores.shape[0] < scores.shape[1] and torch.equal(
+        got, _scatter_top(scores.double().masked_fill(~top_left, float("-inf")), k) & top_left
+    ):
+        return (
+            "your causal mask is aligned top-left (tril() without an offset): "
+            "the L queries are the last L of S positions, so query t sees keys "
+            "s <= t + S - L, tril(S - L)"
         )
     if (got & ~visible).any():
         if torch.equal(got & visible, expected):
