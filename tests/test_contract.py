@@ -782,7 +782,13 @@ REGISTRY = {
             rotary.apply_rotary,
             dict(x=randn(2, 3, 4), positions=torch.tensor([0, 5, 9]), base=100.0, scaling=YARN),
         ),
-        {"x": FLOAT, "positions": optional(INTEGERS), "base": BASE, "scaling": optional(SCALING)},
+        {
+            "x": FLOAT,
+            "positions": optional(INTEGERS),
+            "base": BASE,
+            "scaling": optional(SCALING),
+            "context": optional(COUNT),
+        },
     ),
     "attention_course.rotary.rotary_frequencies": Case(
         lambda: (
@@ -794,6 +800,7 @@ REGISTRY = {
             "base": BASE,
             "scaling": optional(SCALING),
             "seq_len": optional(COUNT),
+            "context": optional(COUNT),
             "dtype": FLOAT_DTYPE,
         },
     ),

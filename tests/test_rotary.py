@@ -248,18 +248,62 @@ def test_scaled_frequencies_equal_transformers_on_real_configs(
     assert not torch.allclose(ours, unscaled)  # the case scales something
 
 
+# a second dynamic config: another C, factor and head size
+DYNAMIC_SMALL = (
+    "a small Llama with dynamic NTK, factor 4",
+    "LlamaConfig",
+    dict(
+        hidden_size=512,
+        num_attention_heads=8,
+        max_position_embeddings=1000,
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 50000.0, "factor": 4.0},
+    ),
+    64,
+)
+
+
+@pytest.mark.parametrize("case", [DYNAMIC, DYNAMIC_SMALL], ids=lambda case: case[0])
 @pytest.mark.parametrize("seq_len", [None, 1000, 4096, 6000, 16384])
-def test_dynamic_frequencies_equal_transformers_at_each_length(seq_len):
-    _, class_name, arguments, head_dim = DYNAMIC
+def test_dynamic_frequencies_equal_transformers_at_each_length(case, seq_len):
+    """A real "dynamic" rope_parameters dict as it stands (it holds no C),
+    with context= the config's max_position_embeddings, as transformers
+    takes it."""
+    _, class_name, arguments, head_dim = case
     config = transformers_config(class_name, arguments)
     theirs, _ = transformers_frequencies(config, seq_len)
-    scaling = {**config.rope_parameters, "original_max_position_embeddings": 4096}
+    scaling = dict(config.rope_parameters)
+    assert "original_max_position_embeddings" not in scaling
+    context, base = config.max_position_embeddings, scaling["rope_theta"]
     ours = rotary_frequencies(
-        head_dim, 10000.0, scaling=scaling, seq_len=seq_len, dtype=torch.float64
+        head_dim, base, scaling=scaling, seq_len=seq_len, context=context, dtype=torch.float64
     )
     assert_close_relative(ours, theirs)
-    if seq_len is None or seq_len <= 4096:  # unchanged up to C
-        torch.testing.assert_close(ours, rotary_frequencies(head_dim, dtype=torch.float64))
+    if seq_len is None or seq_len <= context:  # unchanged up to C
+        torch.testing.assert_close(ours, rotary_frequencies(head_dim, base, dtype=torch.float64))
+    else:
+        assert not torch.allclose(ours, rotary_frequencies(head_dim, base, dtype=torch.float64))
+    # C written into the dict instead gives the same frequencies
+    with_key = {**scaling, "original_max_position_embeddings": context}
+    torch.testing.assert_close(
+        rotary_frequencies(head_dim, base, scaling=with_key, seq_len=seq_len, dtype=torch.float64),
+        ours,
+        rtol=0,
+        atol=0,
+    )
+
+
+def test_dynamic_needs_its_context_once():
+    dynamic = {"rope_type": "dynamic", "factor": 2.0}
+    with pytest.raises(ValueError, match="context"):
+        rotary_frequencies(64, scaling=dynamic, seq_len=5000)
+    with pytest.raises(ValueError, match="context"):
+        apply_rotary(random(2, 5, 8), scaling=dynamic)
+    with pytest.raises(ValueError, match="disagrees"):
+        rotary_frequencies(
+            64, scaling={**dynamic, "original_max_position_embeddings": 4096}, context=2048
+        )
+    # the attention factor of "dynamic" is 1 and needs no C
+    assert rotary_attention_factor(dynamic) == 1.0
 
 
 @pytest.mark.parametrize(
@@ -312,11 +356,11 @@ def test_rotation_with_scaling_equals_transformers(module, class_name, scaling, 
     positions = torch.tensor(list(positions))
     cos, sin = rope(q, positions[None])
     theirs, _ = modeling.apply_rotary_pos_emb(q, q, cos, sin)
-    ours_scaling = {**config.rope_parameters, "original_max_position_embeddings": 256}
+    # the config's own dict; "dynamic" takes C from context, as transformers
+    # takes it from max_position_embeddings
+    ours = apply_rotary(q, positions, 10000.0, scaling=dict(config.rope_parameters), context=256)
     # angles of about 600 rad rounded in float32 by up to 600 * 2^-24 rad
-    torch.testing.assert_close(
-        apply_rotary(q, positions, 10000.0, scaling=ours_scaling), theirs, rtol=0, atol=3e-4
-    )
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=3e-4)
 
 
 def test_position_interpolation_is_dividing_the_positions():

@@ -122,7 +122,9 @@ def grouped_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
     batch, heads, length, head_dim = q.shape
     kv_heads = k.shape[1]
     group = heads // kv_heads
-    # query heads in groups of H // H_kv beside their shared KV head, no copy
+    # query heads in groups of H // H_kv beside their shared KV head: this
+    # reshape and k[:, :, None] are views, but the matrix products inside
+    # attend broadcast K and V over the group, which copies them (chapter 11)
     grouped = q.reshape(batch, kv_heads, group, length, head_dim)
     mask = grouped_mask(attn_mask, (batch, heads, length, k.shape[2]), kv_heads)
     output, weights = attend(

@@ -224,7 +224,12 @@ def peak_extra_memory(implementation, lengths, head_dim=64, block_size=128):
     each on float32 (1, 1, L, head_dim) inputs, each after a warm-up call of
     the same size. block_size: the tiled version's, one for all lengths or a
     list with one per length. Returns a list of ints, one per length, as
-    peak_extra_bytes measures them. Chapter 12."""
+    peak_extra_bytes measures them: an approximation that can err either way
+    by a few hundred KiB. Memory the allocator frees or trims during a call
+    offsets what it allocates later, so a reading can fall below what the
+    call truly allocated, even below its output's L * head_dim * 4 bytes (a
+    tiled call at L = 2,048 once read 0.30 MiB for a 0.50 MiB output).
+    Chapter 12."""
     if not isinstance(implementation, str):
         raise TypeError(
             f"implementation must be one of {IMPLEMENTATIONS}, got {type_name(implementation)}"

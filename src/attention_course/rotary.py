@@ -5,7 +5,9 @@
   so that a score depends on the positions only through their offset;
 - `scaling`: a config's `rope_parameters` ("linear", "dynamic", "llama3", "yarn"), with the
   names and results of transformers' ROPE_INIT_FUNCTIONS; each type's rule is stated in the
-  function below that computes it;
+  function below that computes it. C, the context the rules stretch, is the dict's
+  "original_max_position_embeddings"; a "dynamic" dict has none, and transformers uses the
+  config's max_position_embeddings, which `context=` passes;
 - `interleaved_to_half_split`: rows of W_Q and W_K from the (2i, 2i + 1) pairing of GGUF files
   and DeepSeek's checkpoints (chapters 14-15).
 """
@@ -32,7 +34,7 @@ from ._shapes import (
 _SCALING_KEYS = {
     "default": ((), ()),
     "linear": (("factor",), ()),
-    "dynamic": (("factor", "original_max_position_embeddings"), ()),
+    "dynamic": (("factor",), ("original_max_position_embeddings",)),
     "llama3": (
         ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
         (),
@@ -45,14 +47,16 @@ _SCALING_KEYS = {
 
 
 def rotary_frequencies(
-    head_dim, base=10000.0, *, scaling=None, seq_len=None, device=None, dtype=None
+    head_dim, base=10000.0, *, scaling=None, seq_len=None, context=None, device=None, dtype=None
 ):
     """theta_i = base^(-2i / head_dim) for i < head_dim / 2 -> (head_dim / 2,),
     rescaled as `scaling` says (chapter 10 derives each type); seq_len, the
-    current length, matters to "dynamic" only (default: at most C). Chapter 10."""
+    current length, and context, C when the dict has no
+    "original_max_position_embeddings" (a config's max_position_embeddings,
+    as transformers takes it), matter to "dynamic" only. Chapter 10."""
     check_rope_head_dim(head_dim)
     require_number("base", base, 1, strict=True)
-    scaling = _check_scaling(scaling, base)
+    scaling = _check_scaling(scaling, base, context)
     if seq_len is not None:
         require_int("seq_len", seq_len, 1)
     require_floating_dtype("dtype", dtype)
@@ -66,7 +70,7 @@ def rotary_attention_factor(scaling=None):
     0.1 ln(factor) + 1 (Peng et al.'s sqrt(1/t)); with DeepSeek's "mscale"
     and "mscale_all_dim", the ratio of two such factors (DeepSeek-V3's
     attention then scales its scores itself). Chapter 10."""
-    return _attention_factor(_check_scaling(scaling))
+    return _attention_factor(_check_scaling(scaling, frequencies=False))
 
 
 def _rope_type(scaling):
@@ -75,8 +79,12 @@ def _rope_type(scaling):
     return scaling.get("rope_type", scaling.get("type"))
 
 
-def _check_scaling(scaling, base=None):
-    """None, or a mapping like a config's rope_parameters -> a dict."""
+def _check_scaling(scaling, base=None, context=None, frequencies=True):
+    """None, or a mapping like a config's rope_parameters -> a dict; a
+    "dynamic" one gets its C from context when it has none (needed only
+    for its frequencies)."""
+    if context is not None:
+        require_int("context", context, 1)
     if scaling is None:
         return None
     require_instance("scaling", scaling, Mapping, "a dict (a config's rope_parameters) or None")
@@ -100,7 +108,25 @@ def _check_scaling(scaling, base=None):
     theta = scaling.get("rope_theta")
     if base is not None and theta is not None and theta != base:
         raise ValueError(f"scaling['rope_theta'] = {theta!r} disagrees with base = {base!r}")
+    if kind == "dynamic" and frequencies:
+        _dynamic_context(scaling, context)
     return scaling
+
+
+def _dynamic_context(scaling, context):
+    """Put C into a "dynamic" dict: its own key, else context (transformers
+    takes the config's max_position_embeddings)."""
+    key = "original_max_position_embeddings"
+    own = scaling.get(key)
+    if own is None and context is None:
+        raise ValueError(
+            "scaling of rope_type 'dynamic' needs C, the context it stretches: pass "
+            "context= (the config's max_position_embeddings, as transformers uses) "
+            f"or scaling['{key}']"
+        )
+    if own is not None and context is not None and own != context:
+        raise ValueError(f"context = {context!r} disagrees with scaling['{key}'] = {own!r}")
+    scaling[key] = own if own is not None else context
 
 
 def _check_scaling_values(scaling):
@@ -218,22 +244,22 @@ def _attention_factor(scaling):
     return _yarn_mscale(factor)
 
 
-def apply_rotary(x, positions=None, base=10000.0, *, scaling=None):
+def apply_rotary(x, positions=None, base=10000.0, *, scaling=None, context=None):
     """Rotate x (..., seq, head_dim) by its positions (seq,) -> same shape, dtype.
 
     Pair (x_i, x_{i + head_dim/2}) at position m turns by the angle m theta_i:
     (x_i cos - x_{i+h} sin, x_i sin + x_{i+h} cos). Default positions 0..seq-1.
     With `scaling` (a config's rope_parameters) the frequencies are rescaled
     and the result multiplied by rotary_attention_factor(scaling), as
-    transformers does; "dynamic" takes max(positions) + 1 as the length.
-    Chapter 10.
+    transformers does; "dynamic" takes max(positions) + 1 as the length and
+    its C from context when the dict has none (rotary_frequencies). Chapter 10.
     """
     require_float("x", x)
     if x.dim() < 2 or x.shape[-1] < 2 or x.shape[-1] % 2:
         raise ValueError(f"x {shape_of(x)} must be (..., seq, head_dim) with an even head_dim")
     positions = check_positions(positions, x.shape[-2], x.device)
     require_number("base", base, 1, strict=True)
-    scaling = _check_scaling(scaling, base)
+    scaling = _check_scaling(scaling, base, context)
     if scaling is None:
         return _kernels.rotate(x, positions, base)
     # rescaled frequencies (in the angles' dtype) and YaRN's factor
