@@ -129,6 +129,31 @@ def test_dark_mode_toggles(browser, base_url):
     page.close()
 
 
+# Entries of the page's contents (right-hand column) that something covers or that are cut.
+HIDDEN_CONTENTS = """() => {
+  const column = document.querySelector('#pst-secondary-sidebar').getBoundingClientRect();
+  const bottom = Math.min(column.bottom, window.innerHeight);
+  return [...document.querySelectorAll('#pst-secondary-sidebar a.nav-link')].filter(a => {
+    const r = a.getBoundingClientRect();
+    // folded sub-entries, and those below the fold (they scroll into view)
+    if (!r.width || !r.height || r.bottom > bottom) return false;
+    const top = document.elementFromPoint(r.left + 2, r.top + 2);
+    return !a.contains(top) || a.scrollWidth > a.clientWidth + 1;
+  }).map(a => a.textContent.trim());
+}"""
+
+
+@pytest.mark.parametrize("name", ["licences", TOC["root"], FIRST_CHAPTER])
+def test_the_contents_entries_are_whole(name, browser, base_url):
+    """Each entry of the right-hand contents is shown whole: nothing covers it and it is not
+    cut (a review saw the licences page's first entry as "What you may do with the"; this
+    check did not reproduce that at 1280 x 800 on the build before the top bar was removed)."""
+    page = open_page(browser, f"{base_url}{name}.html", *LAPTOP)
+    hidden = page.evaluate(HIDDEN_CONTENTS)
+    page.close()
+    assert not hidden, hidden
+
+
 # ------------------------------------------------------------------ console, network, favicon
 
 
