@@ -262,7 +262,7 @@ def test_the_home_page_welcomes(site):
         if "data" in o and "image/png" in o.data
     )
     assert shown == hashlib.sha256(base64.b64decode(first)).hexdigest()
-    assert "## Notation" not in (ROOT / "intro.md").read_text()
+    assert "| Symbol | Meaning |" not in (ROOT / "intro.md").read_text()
     for name in ("intro", "glossary"):
         linking = BeautifulSoup((site / f"{name}.html").read_text(), "html.parser")
         assert linking.select_one('article a[href="notation.html"]'), name
