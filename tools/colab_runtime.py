@@ -52,6 +52,7 @@ TOUCHED = [
     "huggingface-hub",
     "ipykernel",
 ]
+BUILD_TOOLS = {"setuptools", "pip", "wheel"}
 CUDA_BUILD = ("nvidia-", "cuda-", "triton")  # what PyPI's torch brings for CUDA
 DIRECT_URL = re.compile(r"^(?P<name>[A-Za-z0-9._-]+) @ \S*/[^/]+?-(?P<version>[0-9][^-]*?)-")
 
@@ -166,8 +167,11 @@ def cache_root():
 
 def build():
     """The Colab stand-in's libraries, installed once per machine and version list: returns a
-    folder holding exactly colab/runtime.txt's libraries, for a .pth file to name."""
-    digest = hashlib.sha256(RUNTIME.read_bytes()).hexdigest()[:12]
+    folder holding colab/runtime.txt's libraries, less the build tools, for a .pth file to name."""
+    # Not the build tools (setuptools): on Colab they sit in the system's site-packages, which
+    # pip's isolated builds leave out; here they would shadow the builds' own.
+    wanted = [f"{n}=={v}" for n, v in pins().items() if n not in BUILD_TOOLS]
+    digest = hashlib.sha256("\n".join(wanted).encode()).hexdigest()[:12]
     folder = cache_root() / f"colab-py{sys.version_info[0]}{sys.version_info[1]}-{digest}"
     libraries, done = folder / "site-packages", folder / "complete"
     if done.is_file():
@@ -176,8 +180,7 @@ def build():
     print(f"installing the Colab stand-in's libraries (once per machine) in {folder}")
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "--no-deps", "--no-compile", "--target", str(libraries),
-         "-r", str(RUNTIME)],
+         "--no-deps", "--no-compile", "--target", str(libraries), *wanted],
         check=True,
     )  # fmt: skip
     done.write_text(RUNTIME.read_text())
@@ -192,6 +195,10 @@ def provenance(path=RUNTIME):
 def keep_times():
     """colab/setup-times.json: the last Colab test's setup times, with when and where."""
     chapters = json.loads(MEASURED.read_text())
+    if TIMES.is_file():  # a run of some chapters only (COLAB_CHAPTERS) updates theirs
+        kept = json.loads(TIMES.read_text())
+        if kept["runtime"] == provenance():
+            chapters = {**kept["chapters"], **chapters}
     TIMES.write_text(
         json.dumps(
             {
@@ -199,7 +206,7 @@ def keep_times():
                 "machine": f"{os.cpu_count()} cores, {platform.machine()}, Python "
                 f"{platform.python_version()}",
                 "runtime": provenance(),
-                "chapters": chapters,
+                "chapters": dict(sorted(chapters.items())),
             },
             indent=1,
             ensure_ascii=False,
