@@ -11,12 +11,16 @@ extension), so that no number about the chapters is ever typed by hand:
     ```                         a syllabus: the chapters of each period (after "|", the
                                 exercises set, if not all), their reading time, exercises and
                                 the hours of work they add up to
+    ```{course-colab-setup}
+    ```                         per chapter, how long its setup took in the Colab test and what
+                                it installed (colab/setup-times.json), and Colab's versions
 
 Reading time = the words of the chapter's prose at WORDS_PER_MINUTE plus the lines of its
 code at LINES_PER_MINUTE, without its exercises' solutions and its hidden setup cells. An
 exercise's time is a range by difficulty, EXERCISE_MINUTES (the instructors' page states it).
 """
 
+import json
 import math
 import pathlib
 import re
@@ -26,7 +30,10 @@ from docutils import nodes
 from docutils.parsers.rst import Directive
 from sphinx import addnodes
 
-from tools import exercises  # the one reader of exercises (tools/book.py puts it on the path)
+from tools import (  # the one reader of exercises (tools/book.py puts tools on the path)
+    colab_runtime,
+    exercises,
+)
 
 WORDS_PER_MINUTE, LINES_PER_MINUTE = 125, 20
 EXERCISE_MINUTES = {1: (15, 30), 2: (30, 60), 3: (60, 120)}  # by stars: (least, most)
@@ -301,8 +308,56 @@ class Syllabus(_ChapterDirective):
         ]
 
 
+class ColabSetup(_ChapterDirective):
+    """colab/setup-times.json (tools/colab_runtime.py `times`) as a paragraph and a table."""
+
+    with_exercises = False
+
+    def run(self):
+        env = self.state.document.settings.env
+        times_path = pathlib.Path(env.srcdir, "colab", "setup-times.json")
+        runtime_path = pathlib.Path(env.srcdir, "colab", "runtime.txt")
+        for path in (times_path, runtime_path):
+            env.note_dependency(str(path))
+        record = json.loads(times_path.read_text())
+        versions = colab_runtime.pins(runtime_path)
+        shown = ("torch", "numpy", "matplotlib", "transformers", "tokenizers")
+        clone = max(chapter["clone_mb"] for chapter in record["chapters"].values())
+        about = nodes.paragraph(
+            text=f"Colab's runtime as Google published it ({record['runtime']}): "
+            + ", ".join(f"{name} {versions[name]}" for name in shown)
+            + f". Measured on {record['measured']} in the course's Colab stand-in (those "
+            f"versions, on {record['machine']}; Colab's is Python 3.13), with the course cloned "
+            f"from a local copy: on Colab, add the download of the clone ({clone:.0f} MB) and "
+            "of what the chapter installs."
+        )
+        rows = []
+        for fact in self.facts():
+            measured = record["chapters"].get(fact["stem"])
+            if measured is None:
+                raise self.error(f"colab/setup-times.json has no {fact['stem']}")
+            extra = [name for name in measured["installed"] if name != "attention-course"]
+            rows.append(
+                [
+                    self.chapter_link(fact),
+                    f"{measured['seconds']:.0f} s",
+                    ", ".join(extra) or "the course's package only",
+                    f"{measured['installed_mb']:.0f} MB",
+                ]
+            )
+        return [
+            about,
+            table(
+                ["chapter", "setup", "installs, besides the course", "installed"],
+                rows,
+                [5, 1, 5, 1],
+            ),
+        ]
+
+
 def setup(app):
     app.add_directive("course-reading-times", ReadingTimes)
     app.add_directive("course-exercises", ExerciseTables)
     app.add_directive("course-syllabus", Syllabus)
+    app.add_directive("course-colab-setup", ColabSetup)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

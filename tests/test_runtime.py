@@ -7,6 +7,7 @@ what it says, the pip command it would run, and that its pins are the course's.
 
 import ast
 import importlib.metadata
+import json
 import pathlib
 import re
 import subprocess
@@ -29,6 +30,10 @@ DISTRIBUTION_OF = {
 }
 STANDARD = {"os", "sys", "subprocess", "math", "textwrap", "string", "dataclasses", "copy"}
 STANDARD |= {"concurrent", "importlib", "attention_course"}
+
+
+def release(version):
+    return tuple(int(part) for part in version.split("+")[0].split("."))
 
 
 def pinned(path):
@@ -189,3 +194,20 @@ def test_the_readme_names_the_colab_versions_last_checked():
     pins = colab_runtime.pins()
     for name in ("torch", "numpy", "matplotlib", "transformers", "tokenizers"):
         assert f"{name} {pins[name]}" in readme, name
+
+
+def test_the_setup_times_shown_to_instructors_are_of_every_chapter_as_it_is():
+    """colab/setup-times.json (the instructors' page's table) has every chapter, measured with
+    today's colab/runtime.txt, and what each installed is what its require(...) asks for."""
+    record = json.loads((ROOT / "colab" / "setup-times.json").read_text())
+    assert record["runtime"] == colab_runtime.provenance()
+    assert sorted(record["chapters"]) == [chapter.stem for chapter in CHAPTERS]
+    colab = colab_runtime.pins()
+    for chapter in CHAPTERS:
+        measured = record["chapters"][chapter.stem]
+        needs = require_call(nbformat.read(chapter, as_version=4))
+        for name, minimum in needs.items():
+            distribution = colab_runtime.canonical(name)
+            needed = distribution not in colab or release(colab[distribution]) < release(minimum)
+            assert (distribution in measured["installed"]) == needed, (chapter.stem, name)
+        assert measured["seconds"] > 0 and measured["installed_mb"] > 0
