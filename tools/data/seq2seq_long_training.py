@@ -41,11 +41,7 @@ def chapter_namespace():
     """Run the chapter's imports and the cells that define NEEDED; return their globals."""
     notebook = nbformat.read(CHAPTER, as_version=4)
     cells = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
-    chosen = [
-        source
-        for source in cells[1:2]  # the imports
-        if "import torch" in source
-    ]
+    chosen = [next(source for source in cells if "import torch" in source)]  # the imports
     chosen += [source for source in cells if defined_names(source) & NEEDED]
     namespace = {"__name__": "chapter_06"}
     with contextlib.redirect_stdout(io.StringIO()):
