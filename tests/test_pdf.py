@@ -102,7 +102,10 @@ def contents(reader, texts):
         for line in texts[index].splitlines()
         if "CC BY-SA" not in line
     ]  # the footer's licence line ends in the page number
-    entries = [re.fullmatch(r"(?:(\d+(?:\.\d+)*\.) )?(.+?) (\d+)", line) for line in lines]
+    # the text of a title's maths can come out after the page number: "4.2. Why : ... 85√d"
+    entries = [
+        re.fullmatch(r"(?:(\d+(?:\.\d+)*\.) )?(.+?) (\d+)(?:[^\d\s]\S*)?", line) for line in lines
+    ]
     return [(m[1] or "", m[2], int(m[3])) for m in entries if m]
 
 
