@@ -11,6 +11,7 @@ import torch
 
 from .. import measure, tiled
 from .core import CheckFailed, NotAnswered, compare, integers, passed, random, run, self_check
+from .core import all_close as allclose
 
 _FlashCase = collections.namedtuple(
     "_FlashCase",
@@ -268,23 +269,14 @@ def _is_autograd_function(fn):
     return isinstance(fn, type) and issubclass(fn, torch.autograd.Function)
 
 
-def _all_close(got, expected, atol):
-    return all(
-        isinstance(g, torch.Tensor)
-        and g.shape == e.shape
-        and torch.allclose(g.detach().double(), e, atol=atol, equal_nan=True)
-        for g, e in zip(got, expected)
-    )
-
-
 def _mistake_hint(got, mistakes, compute, correct, atol):
     """The hint of the first mistake whose results `got` reproduce, where
     they differ from the correct ones; None for a right answer."""
-    if _all_close(got, correct, atol):
+    if allclose(got, correct, atol):
         return None
     for mistake, hint in mistakes:
         wrong = compute(mistake)
-        if not _all_close(wrong, correct, atol) and _all_close(got, wrong, atol):
+        if not allclose(wrong, correct, atol) and allclose(got, wrong, atol):
             return hint
     return None
 
@@ -293,11 +285,11 @@ def _gradient_mistake_hint(got, mistakes, compute, correct, atol):
     """The hint of the first mistake that reproduces one of the gradients
     `got` (dQ, dK, dV) where it makes that gradient wrong: a slip in one
     gradient's loop leaves the others right."""
-    if _all_close(got, correct, atol):
+    if allclose(got, correct, atol):
         return None
     for mistake, hint in mistakes:
         for one, wrong, right in zip(got, compute(mistake), correct):
-            if not _all_close((wrong,), (right,), atol) and _all_close((one,), (wrong,), atol):
+            if not allclose((wrong,), (right,), atol) and allclose((one,), (wrong,), atol):
                 return hint
     return None
 
@@ -385,7 +377,7 @@ def _one_key_block_hint(fn, inputs, case, expected, atol):
             forbidden=_FLASH_ANSWERS,
             learner=fn,
         )
-        if not _all_close((output,), (expected["output"],), atol):
+        if not allclose((output,), (expected["output"],), atol):
             return None
         if case.is_causal:
             unmasked = run(
@@ -397,7 +389,7 @@ def _one_key_block_hint(fn, inputs, case, expected, atol):
             )
             q, k, v = (t.detach().double() for t in inputs)
             reference = torch.nn.functional.scaled_dot_product_attention(q, k, v)
-            if _all_close((unmasked,), (reference,), atol):
+            if allclose((unmasked,), (reference,), atol):
                 return (
                     f"without the causal mask your blocks of {case.key_block} "
                     "keys give the right output, with it they do not: the "
@@ -459,7 +451,7 @@ def _flash_forward_case(fn, case, number, seed):
         and case.n_keys > case.key_block
         and isinstance(output, torch.Tensor)
         and output.shape == expected["output"].shape
-        and not _all_close((output,), (expected["output"],), atol)
+        and not allclose((output,), (expected["output"],), atol)
     ):
         hint = _one_key_block_hint(fn, (q, k, v), case, expected, atol)
     if hint:

@@ -228,3 +228,14 @@ def random(shape, seed, offset=0):
 def integers(seed, count, low, high, offset=0):
     """`count` integers drawn uniformly from [low, high). Chapters 1-17 (every chapter's checks)."""
     return torch.randint(low, high, (count,), generator=generator(seed, offset)).tolist()
+
+
+def all_close(got, expected, atol):
+    """Whether each tensor of `got` has the shape of, and is within `atol` of, the float64 one of
+    `expected` at the same place. Chapter 12."""
+    return all(
+        isinstance(g, torch.Tensor)
+        and g.shape == e.shape
+        and torch.allclose(g.detach().double(), e, atol=atol, equal_nan=True)
+        for g, e in zip(got, expected)
+    )
