@@ -175,15 +175,20 @@ def test_nbgrader_feedback_shows_no_hidden_test(chapter, course, autograded):
 # --------------------------------------------------------------------------------------- Otter
 
 
+def otter_assign(chapter, root):
+    """`otter assign` of one chapter. For the autograded chapters it also runs Otter's tests on
+    the solutions; every other chapter's checks already run on its solutions under nbval (the
+    same check cells), so its notebook is not executed a second time here."""
+    tested = [] if chapter.name[:2] in MISTAKES else ["--no-run-tests"]
+    return run(["otter", "assign", *tested, chapter.name, "dist"], root / chapter.stem)
+
+
 @pytest.fixture(scope="module")
 def otter(tmp_path_factory):
-    """Every chapter through `otter assign` (which also runs the tests on the solutions)."""
+    """Every chapter through `otter assign`."""
     root = tmp_path_factory.mktemp("otter")
     graders.write_otter(CHAPTERS, root)
-    assigned = for_each_chapter(
-        lambda chapter: run(["otter", "assign", chapter.name, "dist"], root / chapter.stem),
-        CHAPTERS,
-    )
+    assigned = for_each_chapter(lambda chapter: otter_assign(chapter, root), CHAPTERS)
     return root, assigned
 
 
@@ -234,7 +239,8 @@ def test_otter_for_colab_ships_public_test_files_and_installs_otter(tmp_path):
     chapter = CHAPTERS[0]
     instructor = nbformat.read(chapter, as_version=4)
     graders.write_otter([chapter], tmp_path, colab=True)
-    run(["otter", "assign", chapter.name, "dist"], tmp_path / chapter.stem)
+    # the tests on the solutions ran in `otter` (the same chapter, without Colab's settings)
+    run(["otter", "assign", "--no-run-tests", chapter.name, "dist"], tmp_path / chapter.stem)
     student = tmp_path / chapter.stem / "dist" / "student"
     coding = [e.name for e in exercises.exercises(instructor) if e.is_coding]
     assert sorted(p.stem for p in (student / "tests").glob("*.py")) == sorted(coding)
