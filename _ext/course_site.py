@@ -10,6 +10,12 @@
 - The index points into the chapters: every glossary term where a chapter defines it (in bold
   or italics) and where the course first uses it, every public name of the package where each
   chapter first uses it.
+- The page furniture works (tests/test_site_controls.py): one header (the article's), so the
+  theme's buttons bind the toggles a reader sees (the pinned themes render a second, hidden
+  copy of each in an empty top bar: pydata-sphinx-theme #2451, sphinx-book-theme #999); one
+  search box with results as you type; each script once (sphinx-thebe's configuration was
+  declared twice, a JavaScript error); code colours with enough contrast; no deprecated ARIA
+  role.
 """
 
 import ast
@@ -22,6 +28,7 @@ import shutil
 import nbformat
 import sphinxcontrib.bibtex.plugin
 from docutils import nodes
+from pydata_sphinx_theme.utils import get_theme_options_dict
 from sphinx import addnodes
 from sphinx.transforms import SphinxTransform
 from sphinxcontrib.bibtex.style.referencing import BracketStyle
@@ -234,6 +241,58 @@ def serve_learner_edition(app, exception):
         shutil.copyfile(learner, target)
 
 
+def furnish_theme(app):
+    """Before the themes read their options (priority 400): no top bar, so no hidden copy of
+    the sidebar toggles and of the search box; results as you type; code colours from the
+    high-contrast accessible styles (WCAG AA on the theme's code background)."""
+    options = get_theme_options_dict(app)
+    options.update(
+        navbar_start=[],
+        navbar_center=[],
+        navbar_end=[],
+        navbar_persistent=[],
+        search_as_you_type=True,
+        pygments_light_style="a11y-high-contrast-light",
+        pygments_dark_style="a11y-high-contrast-dark",
+    )
+
+
+def start_in_the_readers_mode(app, pagename, templatename, context, doctree):
+    """The reader's system's light or dark mode on a first visit: left empty, the theme logs
+    "Got invalid theme mode: ." as an error on every page until a mode is chosen."""
+    context.setdefault("default_mode", "auto")
+
+
+def each_script_once(app, pagename, templatename, context, doctree):
+    """sphinx-thebe adds its `const THEBE_JS_URL = ...` script twice (a SyntaxError on every
+    page; its second copy names no file as "" where the first has None): keep the first copy
+    of each script."""
+    seen, unique = set(), []
+    for script in context.get("script_files", []):
+        attributes = getattr(script, "attributes", {})
+        key = (getattr(script, "filename", str(script)) or "", tuple(sorted(attributes.items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"][:] = unique
+
+
+# DPUB-ARIA roles that ARIA 1.2 deprecates (axe's aria-deprecated-role), written by docutils for
+# citations and footnotes; their lists hold list items instead.
+DEPRECATED_ROLES = {
+    'role="doc-biblioentry"': 'role="listitem"',
+    'role="doc-endnote"': 'role="listitem"',
+}
+
+
+def current_aria_roles(app, pagename, templatename, context, doctree):
+    body = context.get("body", "")
+    for old, new in DEPRECATED_ROLES.items():
+        body = body.replace(old, new)
+    if "body" in context:
+        context["body"] = body
+
+
 def setup(app):
     sphinxcontrib.bibtex.plugin.register_plugin(
         "sphinxcontrib.bibtex.style.referencing", "course_author_year", RoundAuthorYear
@@ -244,4 +303,8 @@ def setup(app):
     app.connect("doctree-resolved", hide_grader_markers)
     app.connect("html-page-context", add_learner_links, priority=900)
     app.connect("build-finished", serve_learner_edition)
+    app.connect("builder-inited", furnish_theme, priority=400)
+    app.connect("html-page-context", each_script_once, priority=1000)
+    app.connect("html-page-context", current_aria_roles)
+    app.connect("html-page-context", start_in_the_readers_mode)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

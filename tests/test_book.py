@@ -309,7 +309,7 @@ def test_the_instructors_page_states_the_exercise_times_the_syllabi_add_up():
     assert (ranges[3][0], ranges[3][1]) == (60, 120) and "one to two hours for ★★★" in text
 
 
-# One notation for the whole course: intro.md's table, and the clashes a pattern can find.
+# One notation for the whole course: notation.md's table, and the clashes a pattern can find.
 MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+?\$", re.S)
 # name -> (pattern that must not occur in the maths of a chapter, the table's symbol instead)
 NOTATION_CLASHES = {
@@ -344,9 +344,9 @@ NOTATION_PENDING = set()
 
 
 def notation_table():
-    """intro.md's notation table: [(symbols of a row, meaning)]."""
-    text = (ROOT / "intro.md").read_text()
-    table = text.split("## Notation", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
+    """notation.md's notation table: [(symbols of a row, meaning)]."""
+    text = (ROOT / "notation.md").read_text()
+    table = text.split("# Notation", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
     rows = [line.split(" | ") for line in table.splitlines()[2:]]
     return [
         (re.findall(r"\$([^$]+)\$", first.strip("| ")), meaning.strip("| "))

@@ -180,7 +180,7 @@ def test_the_index_holds_every_glossary_term_and_the_glossary_every_symbol(site)
     glossary = (ROOT / "glossary.md").read_text()
     terms = re.findall(r"^(\w[^\n]*)\n  \S", glossary.split("```{glossary}")[1], re.M)
     assert len(terms) >= 40 and all(term in index for term in terms)
-    notation = (ROOT / "intro.md").read_text().split("## Notation")[1]
+    notation = (ROOT / "notation.md").read_text().split("# Notation")[1]
     symbols = [
         s
         for cell in re.findall(r"^\| (\$[^|]+) \|", notation, re.M)
@@ -235,3 +235,49 @@ def test_the_map_links_every_chapter(site):
     section = page.find(id="the-map")
     hrefs = {a["href"].split("#")[0] for a in section.find_all("a")}
     assert all(f"chapters/{chapter.stem}.html" in hrefs for chapter in CHAPTERS)
+
+
+# ------------------------------------------------------------------------------- the home page
+
+
+def test_the_home_page_welcomes(site):
+    """What you will be able to do, a start for three readers, one picture (chapter 1's first
+    figure, the same bytes, with a text alternative), and the notation on its own page, linked
+    from the home page and the glossary."""
+    import base64
+    import hashlib
+
+    page = BeautifulSoup((site / "intro.html").read_text(), "html.parser")
+    assert page.find(id="what-you-will-be-able-to-do").select("li")
+    start = page.find(id="start-here").get_text()
+    assert all(reader in start for reader in ("on your own", "Following a course", "Teaching"))
+    images = page.select("article img")
+    assert len(images) == 1 and len(images[0]["alt"]) > 50
+    shown = hashlib.sha256((site / images[0]["src"]).read_bytes()).hexdigest()
+    chapter = nbformat.read(CHAPTERS[0], as_version=4)
+    first = next(
+        o.data["image/png"]
+        for c in chapter.cells
+        for o in c.get("outputs", [])
+        if "data" in o and "image/png" in o.data
+    )
+    assert shown == hashlib.sha256(base64.b64decode(first)).hexdigest()
+    assert "| Symbol | Meaning |" not in (ROOT / "intro.md").read_text()
+    for name in ("intro", "glossary"):
+        linking = BeautifulSoup((site / f"{name}.html").read_text(), "html.parser")
+        assert linking.select_one('article a[href="notation.html"]'), name
+    notation = BeautifulSoup((site / "notation.html").read_text(), "html.parser")
+    assert len(notation.select("article table tr")) > 30
+
+
+def test_the_accessibility_statement_is_in_the_contents(site):
+    page = BeautifulSoup((site / "accessibility.html").read_text(), "html.parser")
+    sections = [h.get_text().strip("#") for h in page.select("article h2")]
+    assert sections == [
+        "What is done",
+        "What is known not to be done",
+        "How to report a barrier",
+    ]
+    assert page.select_one('article a[href*="/issues/new"]')
+    home = BeautifulSoup((site / "intro.html").read_text(), "html.parser")
+    assert home.select_one('nav a[href="accessibility.html"]'), "not in the table of contents"

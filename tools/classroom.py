@@ -23,7 +23,15 @@ import yaml
 
 from tools import ROOT, book, exercises, learner
 
-BOOK_FILES = ["intro.md", "glossary.md", "licences.md", "bibliography.md", "references.bib"]
+BOOK_FILES = [
+    "intro.md",
+    "notation.md",
+    "accessibility.md",
+    "glossary.md",
+    "licences.md",
+    "bibliography.md",
+    "references.bib",
+]
 INSTRUCTOR_PAGES = ["instructors"]  # left out of the classroom edition
 BOOK_FOLDERS = ["_ext", "_static", "_templates"]
 NOTICE = (
