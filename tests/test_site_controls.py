@@ -26,6 +26,16 @@ PAGES = (
 FIRST_CHAPTER = TOC["parts"][0]["chapters"][0]["file"]
 # axe-core's rules for WCAG 2.0, 2.1 and 2.2 at levels A and AA.
 WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22a", "wcag22aa"]
+# Resolves when the page has settled: its fonts loaded, then (two frames later, so that a change
+# just made has started its transitions) every finite CSS transition and animation finished.
+# Fixed waits were not enough on a loaded machine: axe measured colours halfway through a fade.
+SETTLED = """async () => {
+  await document.fonts.ready;
+  await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+  const finite = document.getAnimations().filter(
+    a => a.effect && a.effect.getComputedTiming().endTime !== Infinity);
+  await Promise.all(finite.map(a => a.finished.catch(() => null)));
+}"""
 OPEN_FOLDED = """() => {
   document.querySelectorAll('details').forEach(d => { d.open = true; });
   document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
@@ -63,7 +73,7 @@ def test_the_phone_menu_opens_and_a_chapter_link_in_it_navigates(browser, base_u
     sidebar = page.locator("#pst-primary-sidebar-modal")
     assert sidebar.get_attribute("open") is None
     the_visible(page, ".primary-toggle").click()
-    page.wait_for_timeout(300)
+    page.evaluate(SETTLED)
     assert sidebar.get_attribute("open") is not None, "the menu did not open"
     box = sidebar.bounding_box()
     assert box and box["x"] >= 0 and box["width"] > 200, box
@@ -80,7 +90,7 @@ def test_the_phone_contents_button_opens_the_contents(browser, base_url):
     page = open_page(browser, f"{base_url}{FIRST_CHAPTER}.html", *PHONE)
     contents = page.locator("#pst-secondary-sidebar-modal")
     the_visible(page, ".secondary-toggle").click()
-    page.wait_for_timeout(300)
+    page.evaluate(SETTLED)
     assert contents.get_attribute("open") is not None, "the contents did not open"
     links = [a for a in contents.locator("a.nav-link").all() if a.is_visible()]
     assert len(links) >= 5, "the contents show no sections"
@@ -95,12 +105,12 @@ def test_the_laptop_sidebar_collapses_and_comes_back(browser, base_url):
     assert sidebar.is_visible() and sidebar.bounding_box()["x"] >= 0
     toggle = the_visible(page, ".primary-toggle")
     toggle.click()
-    page.wait_for_timeout(500)
+    page.evaluate(SETTLED)
     assert not sidebar.is_visible(), "the sidebar did not collapse"
     assert article.bounding_box()["width"] > shown_width, "the article did not widen"
     assert page.locator("#pst-primary-sidebar-modal").get_attribute("open") is None
     toggle.click()
-    page.wait_for_timeout(500)
+    page.evaluate(SETTLED)
     assert sidebar.is_visible() and sidebar.bounding_box()["x"] >= 0, "it did not come back"
     page.close()
 
@@ -123,7 +133,7 @@ def test_dark_mode_toggles(browser, base_url):
         if page.evaluate("document.documentElement.dataset.theme") == "dark":
             break
     assert page.evaluate("document.documentElement.dataset.theme") == "dark"
-    page.wait_for_timeout(300)
+    page.evaluate(SETTLED)
     assert background_luminance(page) < 0.05
     screenshot(page, "dark-mode")
     page.close()
@@ -241,7 +251,7 @@ def test_ctrl_k_shows_results_as_you_type(browser, base_url):
     page = open_page(browser, f"{base_url}{FIRST_CHAPTER}.html", *LAPTOP)
     page.keyboard.press("Control+k")
     dialog = page.locator("#pst-search-dialog")
-    page.wait_for_timeout(300)
+    page.evaluate(SETTLED)
     assert dialog.get_attribute("open") is not None, "Ctrl+K did not open the search"
     page.keyboard.type("kv cache", delay=50)  # no Enter
     results = results_of(page)
@@ -273,12 +283,12 @@ def test_no_axe_violation_in_light_or_dark_mode(name, browser, base_url):
     page.goto(f"{base_url}{name}.html", wait_until="load")
     page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
     page.evaluate(OPEN_FOLDED)
-    page.wait_for_timeout(300)  # unfolded cells fade in: measure their final colours
+    page.evaluate(SETTLED)  # unfolded cells fade in: measure their final colours
     found = {}
     for mode in ("light", "dark"):
         page.emulate_media(color_scheme=mode)
         page.wait_for_function(f"document.documentElement.dataset.theme === '{mode}'")
-        page.wait_for_timeout(200)
+        page.evaluate(SETTLED)
         found[mode] = axe_violations(page)
     page.close()
     assert not found["light"] and not found["dark"], found
