@@ -338,6 +338,24 @@ NOTATION_CLASHES = {
     "alpha or beta as an angle (alpha is a weight)": (r"R\(\\alpha|R\(\\beta", r"R(\phi)"),
     "kappa as the kurtosis (kappa is RoPE's scaling factor)": (r"\\kappa\s*\(", r"\kappa"),
     "ell outside chapter 12 (ell is its running sum)": (r"\\ell", r"\ell"),
+    "M as the SRAM's size (M is the mask)": (
+        r"SRAM of size \$M\$|(?<![\w\\])M\^\{-1\}",
+        r"M_\text{SRAM}",
+    ),
+    "D_i as the backward pass's row term (D is the number of features)": (
+        r"(?<![\w\\])D_i\b",
+        r"\zeta_i",
+    ),
+    "d and m as a 4-bit block's scale and minimum (d is a size, m a maximum)": (
+        r"scale \$d\$|minimum \$m\$|w_j = d\b",
+        r"d",
+    ),
+    "a_ts as a score (S_ts is the score matrix's entry)": (r"(?<![\w\\])a'?_\{ts\}", r"s_j"),
+    "T as a repeated stretch's length (T(i) is a pattern's targets)": (
+        r"t - T\b|(?<![\w\\])T = \d",
+        r"n_\text{rep}",
+    ),
+    "key index first (the query comes first)": (r"\\alpha_\{ji\}", r"\alpha_i"),
 }
 # chapters still to be brought in line: (chapter prefix, clash); empty when all follow the table
 NOTATION_PENDING = set()
@@ -398,6 +416,14 @@ def test_the_notation_clashes_are_found():
         "alpha or beta as an angle (alpha is a weight)": r"$R(\alpha) R(\beta)$",
         "kappa as the kurtosis (kappa is RoPE's scaling factor)": r"$\kappa(Y) = 3$",
         "ell outside chapter 12 (ell is its running sum)": r"layer $\ell$",
+        "M as the SRAM's size (M is the mask)": r"$\Theta(n^2 d^2 M^{-1})$",
+        "D_i as the backward pass's row term (D is the number of features)": r"$d\Phi_{ij} - D_i$",
+        "d and m as a 4-bit block's scale and minimum (d is a size, m a maximum)": (
+            r"$w_j = d\, q_j + m$"
+        ),
+        "a_ts as a score (S_ts is the score matrix's entry)": r"$\sum (a'_{ts} - a_{ts})^2$",
+        "T as a repeated stretch's length (T(i) is a pattern's targets)": r"key $t - T + 1$",
+        "key index first (the query comes first)": r"$\alpha_{ji}$ for query $j$",
     }
     assert examples.keys() == NOTATION_CLASHES.keys()
     for name, example in examples.items():
@@ -406,3 +432,115 @@ def test_the_notation_clashes_are_found():
     assert not re.search(
         NOTATION_CLASHES["H as the entropy (H is the number of heads)"][0], r"$n H (d_h + d_v)$"
     )
+
+
+# --- every symbol a chapter defines is in the notation table ---------------------------------
+# A symbol: a letter, a Greek letter or a named operator, with sub- and superscripts and primes.
+_BASE = (
+    r"(?:\\(?:text|mathrm|operatorname|mathcal|tilde)\s*\{[^{}]*\}|\\tilde\s*[A-Za-z]"
+    r"|\\[A-Za-z]+|[A-Za-z])"
+)
+_ARG = r"(?:\{(?:[^{}]|\{[^{}]*\})*\}|\\[A-Za-z]+(?:\{[^{}]*\})?|[A-Za-z0-9])"
+_SYMBOL = rf"{_BASE}(?:\s*(?:[_^]\s*{_ARG}|'|\\prime))*"
+# what a chapter defines: the left side of "=" or ":=" that opens a display equation (or a piece
+# of one, between \\ and \qquad), the right side of "=:", and "where $X$ is", "write $X$ for",
+# "with $X$ the", "$X$ denotes" in the prose
+_DISPLAY = re.compile(r"\$\$(.*?)\$\$", re.S)
+_PIECES = re.compile(r"\\\\|\\qquad|\\quad")
+_LHS = re.compile(
+    rf"^\s*(?:\\begin\{{\w+\}}\s*)?&?\s*({_SYMBOL})\s*(?:\([^()=]*\))?\s*&?\s*(?::=|=(?!:))"
+)
+_PROSE = re.compile(
+    rf"(?:[Ww]here|[Ww]rite|[Ww]ith) \$({_SYMBOL})\$ (?:is|are|for|denotes|the|a|an)\b"
+    rf"|\$({_SYMBOL})\$ denotes\b|=:\s*({_SYMBOL})\s*\$|\$\s*({_SYMBOL})\s*:="
+)
+# an index (i, j, s, t, r, l, sums of them with numbers, (i) on a head's block) names no symbol
+_INDEX = re.compile(r"[ijlrst0-9+\-\s]+|\\dots|\\ldots")
+_NOT_SYMBOLS = {r"\sum", r"\max", r"\min", r"\exp", r"\log", r"\frac", r"\big", r"\left"}
+
+
+def symbol_key(symbol):
+    """The name of a symbol without its indices: c^{KV}_t and c^{KV}_s are one symbol, c^{KV};
+    d_c and d_c' are two; powers, transposes and a head's (i) are not part of a name."""
+    text = re.sub(r"\s+", "", symbol).replace(r"\prime", "'")
+    base = re.match(_BASE, text).group(0)
+    rest, primes, subs, sups = text[len(base) :], "", [], []
+    while rest:
+        if rest[0] == "'":
+            primes, rest = primes + "'", rest[1:]
+            continue
+        kind, match = rest[0], re.match(_ARG, rest[1:])
+        arg, rest = match.group(0), rest[1 + match.end() :]
+        arg = arg[1:-1] if arg.startswith("{") else arg
+        if kind == "_":
+            subs += [part for part in arg.split(",") if not _INDEX.fullmatch(part)]
+        elif not re.fullmatch(r"(?:\(\w+\))?(?:-?[0-9]+|\\top|T)?", arg):
+            sups.append(arg)
+    return (
+        base
+        + primes
+        + (f"^{{{','.join(sups)}}}" if sups else "")
+        + (f"_{{{','.join(subs)}}}" if subs else "")
+    )
+
+
+def defined_symbols(markdown):
+    """The symbols a Markdown cell defines (see the rule above), as written."""
+    found = []
+    for display in _DISPLAY.findall(markdown):
+        for piece in _PIECES.split(display):
+            match = _LHS.match(piece)
+            if match:
+                found.append(match.group(1))
+    for match in _PROSE.finditer(markdown):
+        found.append(next(group for group in match.groups() if group))
+    return [
+        symbol
+        for symbol in found
+        if symbol not in _NOT_SYMBOLS and not _INDEX.fullmatch(symbol_key(symbol))
+    ]
+
+
+def notation_keys():
+    """The table's symbols without indices; T(i) is T, R(\\phi) is R."""
+    return {
+        symbol_key(re.match(_SYMBOL, symbol.strip()).group(0))
+        for row, _ in notation_table()
+        for symbol in row
+    }
+
+
+def test_the_symbol_rule_finds_definitions_and_names_them_without_indices():
+    cell = (
+        "The update is\n\n$$\n\\begin{aligned}\nm' &= \\max(m, x), \\\\\n"
+        "o &= a_n / \\ell_n ,\n\\end{aligned}\n$$\n\nwhere $\\rho_i$ is new, with $P_\\text{act}$"
+        " the parameters; $x = dO_i \\cdot o_i =: \\zeta_i$.\n\n$$\nw_j = 2\\, x_j, \\qquad"
+        " j = 0, \\dots, 31,\n$$\n\nand $\\sum_j \\alpha_{ij} = 1$ defines nothing."
+    )
+    assert defined_symbols(cell) == ["m'", "o", "w_j", r"\rho_i", r"P_\text{act}", r"\zeta_i"]
+    assert symbol_key(r"c^{KV}_t") == symbol_key(r"c^{KV}_s") == "c^{KV}"
+    assert symbol_key(r"\alpha_{ts,i}") == symbol_key(r"\alpha_j") == r"\alpha"
+    assert symbol_key("d_c'") != symbol_key("d_c") != symbol_key("d")
+    assert symbol_key(r"W_{UK}^{(i)\top}") == "W_{UK}" != symbol_key("W_{UV}")
+    assert symbol_key(r"n_\text{rep}") != symbol_key("n") == symbol_key("n_t")
+    assert symbol_key("n_k") == "n_{k}" != symbol_key("n_q")
+
+
+# chapters whose definitions the table covers; chapters 1-9 are still to be checked
+DEFINITIONS_CHECKED = [path for path in CHAPTERS if "10" <= path.name[:2] <= "17"]
+
+
+@pytest.mark.parametrize("path", DEFINITIONS_CHECKED, ids=lambda path: path.name)
+def test_every_symbol_a_chapter_defines_is_in_the_notation_table(path):
+    keys = notation_keys()
+    notebook = nbformat.read(path, as_version=4)
+    missing = sorted(
+        {
+            symbol
+            for cell in notebook.cells
+            if cell.cell_type == "markdown"
+            for symbol in defined_symbols(cell.source)
+            if symbol_key(symbol) not in keys
+        }
+    )
+    assert not missing, f"{path.name} defines symbols that notation.md does not list: {missing}"
