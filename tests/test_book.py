@@ -356,6 +356,7 @@ NOTATION_CLASHES = {
         r"n_\text{rep}",
     ),
     "key index first (the query comes first)": (r"\\alpha_\{ji\}", r"\alpha_i"),
+    "gamma_i as RoPE scaling's blend (gamma is a decay)": (r"\\gamma_i\b", r"\chi_i"),
 }
 # chapters still to be brought in line: (chapter prefix, clash); empty when all follow the table
 NOTATION_PENDING = set()
@@ -424,6 +425,7 @@ def test_the_notation_clashes_are_found():
         "a_ts as a score (S_ts is the score matrix's entry)": r"$\sum (a'_{ts} - a_{ts})^2$",
         "T as a repeated stretch's length (T(i) is a pattern's targets)": r"key $t - T + 1$",
         "key index first (the query comes first)": r"$\alpha_{ji}$ for query $j$",
+        "gamma_i as RoPE scaling's blend (gamma is a decay)": r"$(1 - \gamma_i)\,\theta_i$",
     }
     assert examples.keys() == NOTATION_CLASHES.keys()
     for name, example in examples.items():
