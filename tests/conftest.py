@@ -5,7 +5,9 @@ import matplotlib
 import pytest
 from filelock import FileLock
 
+from helpers.browser import launched
 from tools import ROOT, book, pdf
+from tools.pdf import served
 
 matplotlib.use("Agg")
 
@@ -35,3 +37,17 @@ def site(tmp_path_factory, worker_id):
         if not built.exists():
             built.write_text(str(build_site()))
     return pathlib.Path(built.read_text())
+
+
+@pytest.fixture(scope="module")
+def base_url(site):
+    """The built site served on 127.0.0.1 (a free port) for one test module."""
+    with served(site) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium, driven by Playwright, for one test module."""
+    with launched() as chromium:
+        yield chromium

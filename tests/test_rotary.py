@@ -128,6 +128,19 @@ LLAMA_31_8B = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
 }
+
+
+def llama(name, hidden, heads, context, rope, head_dim):
+    """A case: (name, transformers' config class, its arguments, the head size)."""
+    arguments = dict(
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        max_position_embeddings=context,
+        rope_parameters=rope,
+    )
+    return name, "LlamaConfig", arguments, head_dim
+
+
 REAL_CONFIGS = [
     (
         "Llama 3.1 8B",
@@ -187,28 +200,22 @@ REAL_CONFIGS = [
         64,
     ),
     ("gpt-oss, yarn without truncation", "GptOssConfig", {}, 64),
-    (
+    llama(
         "Vicuna 7B v1.5 16k, linear",
-        "LlamaConfig",
-        dict(
-            hidden_size=4096,
-            num_attention_heads=32,
-            max_position_embeddings=16384,
-            rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
-        ),
-        128,
+        hidden=4096,
+        heads=32,
+        context=16384,
+        rope={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+        head_dim=128,
     ),
 ]
-DYNAMIC = (
+DYNAMIC = llama(
     "Llama 2 7B with dynamic NTK, factor 2",
-    "LlamaConfig",
-    dict(
-        hidden_size=4096,
-        num_attention_heads=32,
-        max_position_embeddings=4096,
-        rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
-    ),
-    128,
+    hidden=4096,
+    heads=32,
+    context=4096,
+    rope={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
+    head_dim=128,
 )
 
 
@@ -249,16 +256,13 @@ def test_scaled_frequencies_equal_transformers_on_real_configs(
 
 
 # a second dynamic config: another C, factor and head size
-DYNAMIC_SMALL = (
+DYNAMIC_SMALL = llama(
     "a small Llama with dynamic NTK, factor 4",
-    "LlamaConfig",
-    dict(
-        hidden_size=512,
-        num_attention_heads=8,
-        max_position_embeddings=1000,
-        rope_parameters={"rope_type": "dynamic", "rope_theta": 50000.0, "factor": 4.0},
-    ),
-    64,
+    hidden=512,
+    heads=8,
+    context=1000,
+    rope={"rope_type": "dynamic", "rope_theta": 50000.0, "factor": 4.0},
+    head_dim=64,
 )
 
 

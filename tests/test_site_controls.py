@@ -11,9 +11,8 @@ import urllib.request
 import pytest
 import yaml
 
-from helpers.browser import launched, open_page, screenshot
+from helpers.browser import open_page, screenshot
 from tools import ROOT
-from tools.pdf import served
 
 PHONE = (390, 844)
 LAPTOP = (1280, 800)
@@ -40,18 +39,6 @@ OPEN_FOLDED = """() => {
   document.querySelectorAll('details').forEach(d => { d.open = true; });
   document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
 }"""
-
-
-@pytest.fixture(scope="module")
-def base_url(site):
-    with served(site) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched() as chromium:
-        yield chromium
 
 
 def visible(page, selector):

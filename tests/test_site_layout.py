@@ -14,10 +14,9 @@ import urllib.request
 import nbformat
 import pytest
 
-from helpers.browser import launched, open_page, screenshot
+from helpers.browser import open_page, screenshot
 from helpers.site import CHAPTERS, CONFIG, RAW_MYST, chapter_title, page_name
 from tools import ROOT, pdf
-from tools.pdf import served
 
 LAPTOPS = [(1280, 800), (1440, 900)]
 # A tablet held upright, or a window on half a projector's screen: the sidebar folds away and the
@@ -78,18 +77,6 @@ def figure_text_sizes(chapter):
                 text = output.metadata.get("figure_text", {})
                 sizes[f"{name}.png"] = (text.get("smallest_pt"), text.get("dpi"))
     return sizes
-
-
-@pytest.fixture(scope="module")
-def base_url(site):
-    with served(site) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched() as chromium:
-        yield chromium
 
 
 @pytest.fixture(scope="module")
