@@ -309,6 +309,41 @@ def test_the_instructors_page_states_the_exercise_times_the_syllabi_add_up():
     assert (ranges[3][0], ranges[3][1]) == (60, 120) and "one to two hours for ★★★" in text
 
 
+def test_the_instructors_page_states_the_reading_model_from_the_code():
+    """The model's rates are printed by the directive from course_guide's constants, never
+    typed into the page (where they would drift from the tables)."""
+    text = (ROOT / "instructors.md").read_text()
+    assert re.search(r"```\{course-reading-times\}\n:model:\n```", text)
+    assert not re.search(r"\d+ (words|lines) a minute", text)
+
+
+# One reader's estimates of chapters read in full (the learner's review of the website, turn 4),
+# against which the reading-time model is calibrated (_ext/course_guide.py's docstring).
+REVIEWED_READING_MINUTES = {1: (45, 60), 5: (60, 75), 12: (90, 120), 14: (60, 90), 16: (90, 120)}
+
+
+def test_reading_times_fall_within_a_reviewers_estimates():
+    """As the tables show them (to the nearest 5 minutes)."""
+    for number, (least, most) in REVIEWED_READING_MINUTES.items():
+        (path,) = [p for p in CHAPTERS if int(p.name[:2]) == number]
+        minutes = course_guide.reading_minutes(nbformat.read(path, as_version=4))[-1]
+        assert least <= course_guide.rounded_minutes(minutes) <= most, (path.name, minutes)
+
+
+def test_a_displayed_equation_counts_once_and_its_latex_is_not_prose():
+    cell = nbformat.v4.new_markdown_cell(
+        "Two words $x$\n\n$$\na + b\n$$\n\n\\begin{align}\nc &= d \\\\\n"
+        "e &= \\begin{cases} 1 \\end{cases}\n\\end{align}\nend"
+    )
+    words, equations, lines, minutes = course_guide.reading_minutes(
+        nbformat.v4.new_notebook(cells=[cell])
+    )
+    assert (words, equations, lines) == (4, 2, 0)
+    assert minutes == pytest.approx(
+        4 / course_guide.WORDS_PER_MINUTE + 2 * course_guide.MINUTES_PER_EQUATION
+    )
+
+
 # One notation for the whole course: notation.md's table, and the clashes a pattern can find.
 MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+?\$", re.S)
 # name -> (pattern that must not occur in the maths of a chapter, the table's symbol instead)
