@@ -581,3 +581,98 @@ def test_every_symbol_a_chapter_defines_is_in_the_notation_table(path):
         }
     )
     assert not missing, f"{path.name} defines symbols that notation.md does not list: {missing}"
+
+
+# ----------------------------------------------- how to check an answer, edition by edition
+
+CHECK_CELLS = re.compile(r"^```\{check-cells\}\n(.*?)\n```$", re.M | re.S)
+NUMBERS = re.compile(r"^Exercises (\d+)(?:–(\d+)|((?:, \d+)*) and (\d+))\b")
+
+
+def exercise_introduction(notebook):
+    (cell,) = [
+        c for c in notebook.cells if c.cell_type == "markdown" and "## Exercises" in c.source
+    ]
+    return cell.source[cell.source.index("## Exercises") :]
+
+
+def stated_numbers(body):
+    """ "Exercises 1–3 ..." -> {1, 2, 3}; "Exercises 1, 2 and 5 ..." -> {1, 2, 5}."""
+    match = NUMBERS.match(body)
+    assert match, body
+    first, last, middle, final = match.groups()
+    if last:
+        return set(range(int(first), int(last) + 1))
+    return {int(first), int(final), *(int(n) for n in re.findall(r"\d+", middle or ""))}
+
+
+def test_the_exercise_introduction_names_the_self_checking_exercises(notebook):
+    """One {check-cells} block, and the exercises it names are those with a check cell."""
+    blocks = CHECK_CELLS.findall(exercise_introduction(notebook))
+    checked = {k for k, e in enumerate(exercises.exercises(notebook), 1) if e.checks}
+    assert len(blocks) == 1, "the introduction says how to check answers in one block"
+    assert stated_numbers(blocks[0]) == checked
+
+
+def test_no_chapter_tells_the_website_reader_to_run_a_cell(notebook):
+    """Only the {check-cells} block, rendered per edition, says how to run a check."""
+    prose = " ".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    prose = " ".join(CHECK_CELLS.sub("", prose).split())
+    for phrase in ("check cell under your answer", "run the cell after your", "on the website it"):
+        assert phrase not in prose.lower(), phrase
+
+
+def website_text(source, edition):
+    """A chapter's markdown as the website's directive renders it (MyST, without Sphinx)."""
+    import types
+
+    from docutils.core import publish_doctree
+    from docutils.parsers.rst import directives
+    from myst_parser.parsers.docutils_ import Parser
+
+    from _ext import course_site
+
+    directives.register_directive(exercises.CHECK_CELLS, course_site.CheckCells)
+    config = types.SimpleNamespace(course_edition=edition)
+    env = types.SimpleNamespace(config=config, metadata={}, docname="chapter")
+    document = publish_doctree(
+        source, parser=Parser(), settings_overrides={"env": env, "report_level": 4}
+    )
+    return " ".join(document.astext().split())
+
+
+def edition_texts(path):
+    """{edition: the text of the chapter's exercise introduction in that edition}."""
+    from tools import learner
+
+    notebook = nbformat.read(path, as_version=4)
+    source = exercise_introduction(notebook)
+    texts = {edition: website_text(source, edition) for edition in ("website", "classroom website")}
+    for edition, cells in (
+        ("notebook", exercises.learner_cells(notebook)),
+        ("nbgrader", exercises.nbgrader_cells(notebook)),
+        ("otter", exercises.otter_cells(notebook, "name: x")),
+    ):
+        converted = learner.plain_markdown(
+            [nbformat.from_dict(dict(c)) for c in cells],
+            path,
+            link_solutions=edition == "notebook",
+            edition=edition,
+        )
+        (intro,) = [c.source for c in converted if "## Exercises" in c.source]
+        texts[edition] = " ".join(intro[intro.index("## Exercises") :].split())
+    return texts
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.name)
+def test_each_edition_says_how_to_check_an_answer_there(path):
+    """The website says where the checks run (and, public, that solutions show one); a notebook
+    says to run the check cell; nbgrader's and Otter's copies name their own test cells."""
+    (body,) = CHECK_CELLS.findall(exercise_introduction(nbformat.read(path, as_version=4)))
+    for edition, text in edition_texts(path).items():
+        assert " ".join(body.split()) in text, edition
+        for other, sentence in exercises.HOW_TO_CHECK.items():
+            assert (" ".join(sentence.split()) in text) == (other == edition), (edition, other)
+        assert (exercises.SOLUTIONS_SHOWN in text) == (edition == "website"), edition
+        assert ("folded" in text) == (edition == "website"), edition
+        assert "{check-cells}" not in text
