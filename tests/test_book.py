@@ -676,3 +676,109 @@ def test_each_edition_says_how_to_check_an_answer_there(path):
         assert (exercises.SOLUTIONS_SHOWN in text) == (edition == "website"), edition
         assert ("folded" in text) == (edition == "website"), edition
         assert "{check-cells}" not in text
+
+
+# ------------------------------------------------ exercise statements: an aim, then what to do
+
+# A requirement is a sentence that tells the learner to do something: it opens with an
+# imperative verb (after "Then", "First", ...) or asks a question. A paragraph or list item of a
+# prompt with more than MAX_REQUIREMENTS of them, or more than MAX_WORDS words, packs too much:
+# split it into a lettered list, (a), (b), ...
+MAX_REQUIREMENTS, MAX_WORDS = 3, 120
+IMPERATIVES = set(
+    "Add Answer Argue Avoid Build Change Check Choose Compare Compute Count Decode Deduce Define "
+    "Derive Describe Draw Estimate Evaluate Explain Find Fit Give Ignore Implement Keep List Load "
+    "Make Measure Mind Name Pair Plot Predict Print Prove Read Repeat Replace Report Return Rotate "
+    "Run Show Sketch Split State Subtract Take Test Train Try Use Verify Write".split()
+)
+LETTER = re.compile(r"^\(([a-z])\) ")
+LIST_ITEM = re.compile(r"^(\s*)- (.*)$")
+
+
+def prompt_body(prompt):
+    """A prompt's text without its directive lines, displayed maths and code blocks."""
+    body = re.sub(r"^:::\{exercise\}.*\n(:[\w-]+:.*\n)*", "", prompt.source).rsplit(":::", 1)[0]
+    body = re.sub(r"\$\$.*?\$\$", " ", body, flags=re.S)
+    return re.sub(r"```.*?```", " ", body, flags=re.S)
+
+
+def prompt_blocks(body):
+    """Each paragraph and each list item of a prompt as one string."""
+    blocks, current = [], []
+    for line in body.splitlines() + [""]:
+        item = LIST_ITEM.match(line)
+        if (item or not line.strip()) and current:
+            blocks.append(" ".join(current))
+            current = []
+        if item:
+            current = [item[2]]
+        elif line.strip():
+            current.append(line.strip())
+    return blocks
+
+
+def requirements(block):
+    text = re.sub(r"\$[^$]*\$|`[^`]*`", "x", block)
+    text = re.sub(r"\b(e\.g|i\.e|etc|cf|Fig)\.", r"\1", text)
+    count = 0
+    for sentence in re.split(r"(?<=[.?!])\s+(?=[A-Z(*])", text.strip()):
+        sentence = LETTER.sub("", sentence).strip("*_ (")
+        sentence = re.sub(r"^(Then|First|Finally|Also|Next|Now|And),?\s+", "", sentence)
+        opening = re.match(r"[A-Za-z]+", sentence)
+        asks = sentence.rstrip(" *_)").endswith("?")
+        count += bool(asks or (opening and opening[0].capitalize() in IMPERATIVES))
+    return count
+
+
+def test_the_requirement_count_sees_a_packed_paragraph():
+    packed = (
+        "Write `f(x)` for `x` of shape `(n,)`. Use only `torch.exp`. Then explain why it cannot "
+        "overflow. Check it with `checks.check_f`. Why is the shift needed?"
+    )
+    assert requirements(packed) == 5
+    assert requirements("The state is $S = \\sum_j k_j v_j^\\top$. It has $d^2$ numbers.") == 0
+    assert prompt_blocks("Aim.\n\n- (a) Write\n  it.\n- (b) Check it.") == [
+        "Aim.",
+        "(a) Write it.",
+        "(b) Check it.",
+    ]
+
+
+def test_no_exercise_statement_packs_many_requirements_into_one_paragraph(notebook):
+    for exercise in exercises.exercises(notebook):
+        for block in prompt_blocks(prompt_body(exercise.prompt)):
+            assert requirements(block) <= MAX_REQUIREMENTS, (exercise.label, block[:80])
+            assert len(block.split()) <= MAX_WORDS, (exercise.label, block[:80])
+
+
+def test_lettered_steps_are_list_items_in_order(notebook):
+    """(a), (b), ... start the items of a list, in order, never the middle of a paragraph; and
+    they are list items as the website (MyST) and Jupyter (CommonMark) parse them."""
+    from docutils import nodes
+    from docutils.core import publish_doctree
+    from markdown_it import MarkdownIt
+    from myst_parser.parsers.docutils_ import Parser
+
+    for exercise in exercises.exercises(notebook):
+        body = prompt_body(exercise.prompt)
+        letters = [LETTER.match(b)[1] for b in prompt_blocks(body) if LETTER.match(b)]
+        assert letters == [chr(ord("a") + k) for k in range(len(letters))], exercise.label
+        for block in prompt_blocks(body):
+            inline = re.findall(r"(?:^|[.:;] )\(([a-z])\) [A-Z]", block)
+            assert len(inline) < 2, (exercise.label, "lettered steps inside one paragraph")
+        if not letters:
+            continue
+        document = publish_doctree(body, parser=Parser(), settings_overrides={"report_level": 4})
+        items = [
+            " ".join(item.astext().split())
+            for item in document.findall(nodes.list_item)
+            if LETTER.match(item.astext())
+        ]
+        assert [item[1] for item in items] == letters, (exercise.label, "website")
+        tokens = MarkdownIt("commonmark").parse(body)
+        opened = [
+            tokens[k + 2].content[1]
+            for k, token in enumerate(tokens)
+            if token.type == "list_item_open" and LETTER.match(tokens[k + 2].content)
+        ]
+        assert opened == letters, (exercise.label, "notebook")
