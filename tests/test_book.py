@@ -586,7 +586,7 @@ def test_every_symbol_a_chapter_defines_is_in_the_notation_table(path):
 # ----------------------------------------------- how to check an answer, edition by edition
 
 CHECK_CELLS = re.compile(r"^```\{check-cells\}\n(.*?)\n```$", re.M | re.S)
-NUMBERS = re.compile(r"^Exercises (\d+)(?:–(\d+)|((?:, \d+)*) and (\d+))\b")
+NUMBERS = re.compile(r"^Exercises? (\d+)(?:–(\d+)|((?:, \d+)*) and (\d+))?\b")
 
 
 def exercise_introduction(notebook):
@@ -597,17 +597,24 @@ def exercise_introduction(notebook):
 
 
 def stated_numbers(body):
-    """ "Exercises 1–3 ..." -> {1, 2, 3}; "Exercises 1, 2 and 5 ..." -> {1, 2, 5}."""
+    """ "Exercises 1–3 ..." -> {1, 2, 3}; "Exercises 1, 2 and 5 ..." -> {1, 2, 5};
+    "Exercise 1 ..." -> {1}."""
     match = NUMBERS.match(body)
     assert match, body
     first, last, middle, final = match.groups()
     if last:
         return set(range(int(first), int(last) + 1))
-    return {int(first), int(final), *(int(n) for n in re.findall(r"\d+", middle or ""))}
+    numbers = {int(first), *(int(n) for n in re.findall(r"\d+", middle or ""))}
+    return numbers | ({int(final)} if final else set())
 
 
+@pytest.mark.parametrize(
+    "notebook", [TEMPLATE, *CHAPTERS], ids=lambda x: getattr(x, "name", "template")
+)
 def test_the_exercise_introduction_names_the_self_checking_exercises(notebook):
     """One {check-cells} block, and the exercises it names are those with a check cell."""
+    if not isinstance(notebook, nbformat.NotebookNode):
+        notebook = nbformat.read(notebook, as_version=4)
     blocks = CHECK_CELLS.findall(exercise_introduction(notebook))
     checked = {k for k, e in enumerate(exercises.exercises(notebook), 1) if e.checks}
     assert len(blocks) == 1, "the introduction says how to check answers in one block"
