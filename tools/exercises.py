@@ -48,10 +48,9 @@ SOLUTION_BLOCK = re.compile(
 WRITTEN_ANSWER = "**Your answer.** *Write your answer here.*"
 CHECK_CELLS = "check-cells"  # the directive of a chapter's exercise introduction
 HOW_TO_CHECK = {  # what each edition adds to it
-    "website": "Nothing runs on this page: to work an exercise, open the chapter as a notebook, "
-    "in Colab or downloaded (on the website, the links under the chapter's title), where the "
-    "check cell under your answer either confirms your code on several test cases or says "
-    "what is wrong.",
+    "website": "Nothing runs on this page: to work an exercise, open the chapter as a notebook "
+    "(the Colab and download links under its title), where the check cell under your answer "
+    "either confirms your code on several test cases or says what is wrong.",
     "classroom website": "Nothing runs on this page: to work an exercise, download the "
     "chapter's notebook (the link under its title), where the check cell under your answer "
     "either confirms your code on several test cases or says what is wrong.",
