@@ -7,6 +7,10 @@
 - Citations read (Author, Year), in round brackets, as the learner notebooks write them.
 - Each exercise's title shows its points beside its difficulty, from its grading record, as
   every other edition does (tools/exercises.py's `with_points`).
+- A chapter's exercise introduction (its {check-cells} block) says how to work the exercises
+  where nothing runs: in the chapter's notebook, whose check cells say whether an answer is
+  right; on the public website, also that each folded solution shows a worked answer
+  (tools/exercises.py's HOW_TO_CHECK, by the edition in the `course_edition` setting).
 - The index points into the chapters: every glossary term where a chapter defines it (in bold
   or italics) and where the course first uses it, every public name of the package where each
   chapter first uses it.
@@ -28,6 +32,7 @@ import shutil
 import nbformat
 import sphinxcontrib.bibtex.plugin
 from docutils import nodes
+from docutils.parsers.rst import Directive
 from pydata_sphinx_theme.utils import get_theme_options_dict
 from sphinx import addnodes
 from sphinx.transforms import SphinxTransform
@@ -175,6 +180,32 @@ class ChapterIndex(SphinxTransform):
         node.parent.insert(node.parent.index(node), [index, target])
 
 
+class CheckCells(Directive):
+    """The introduction's own words, then this edition's sentence, in one paragraph; on the
+    public website, the folded solutions' sentence in a span the learner's PDF hides."""
+
+    has_content = True
+
+    def run(self):
+        config = self.state.document.settings.env.config
+        edition = config.course_edition
+        if edition not in ("website", "classroom website"):
+            raise self.error(f"course_edition: no website edition {edition!r}")
+        container = nodes.container()
+        self.state.nested_parse(self.content, self.content_offset, container)
+        paragraph = container.children[-1] if container.children else None
+        if not isinstance(paragraph, nodes.paragraph):
+            paragraph = nodes.paragraph()
+            container += paragraph
+        paragraph += nodes.Text(" " + exercises.HOW_TO_CHECK[edition])
+        if edition == "website":
+            paragraph += nodes.Text(" ")
+            paragraph += nodes.inline(
+                text=exercises.SOLUTIONS_SHOWN, classes=["course-solutions-shown"]
+            )
+        return container.children
+
+
 def hide_grader_markers(app, doctree, docname):
     """Drop the solution markers from every code block of a page."""
     for block in doctree.findall(nodes.literal_block):
@@ -298,6 +329,8 @@ def setup(app):
         "sphinxcontrib.bibtex.style.referencing", "course_author_year", RoundAuthorYear
     )
     app.add_config_value("course_root", "", "env")
+    app.add_config_value("course_edition", "website", "env")  # or "classroom website"
+    app.add_directive(exercises.CHECK_CELLS, CheckCells)
     app.add_transform(ChapterIndex)
     app.connect("source-read", show_points)
     app.connect("doctree-resolved", hide_grader_markers)

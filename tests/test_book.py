@@ -309,6 +309,41 @@ def test_the_instructors_page_states_the_exercise_times_the_syllabi_add_up():
     assert (ranges[3][0], ranges[3][1]) == (60, 120) and "one to two hours for ★★★" in text
 
 
+def test_the_instructors_page_states_the_reading_model_from_the_code():
+    """The model's rates are printed by the directive from course_guide's constants, never
+    typed into the page (where they would drift from the tables)."""
+    text = (ROOT / "instructors.md").read_text()
+    assert re.search(r"```\{course-reading-times\}\n:model:\n```", text)
+    assert not re.search(r"\d+ (words|lines) a minute", text)
+
+
+# One reader's estimates of chapters read in full (the learner's review of the website, turn 4),
+# against which the reading-time model is calibrated (_ext/course_guide.py's docstring).
+REVIEWED_READING_MINUTES = {1: (45, 60), 5: (60, 75), 12: (90, 120), 14: (60, 90), 16: (90, 120)}
+
+
+def test_reading_times_fall_within_a_reviewers_estimates():
+    """As the tables show them (to the nearest 5 minutes)."""
+    for number, (least, most) in REVIEWED_READING_MINUTES.items():
+        (path,) = [p for p in CHAPTERS if int(p.name[:2]) == number]
+        minutes = course_guide.reading_minutes(nbformat.read(path, as_version=4))[-1]
+        assert least <= course_guide.rounded_minutes(minutes) <= most, (path.name, minutes)
+
+
+def test_a_displayed_equation_counts_once_and_its_latex_is_not_prose():
+    cell = nbformat.v4.new_markdown_cell(
+        "Two words $x$\n\n$$\na + b\n$$\n\n\\begin{align}\nc &= d \\\\\n"
+        "e &= \\begin{cases} 1 \\end{cases}\n\\end{align}\nend"
+    )
+    words, equations, lines, minutes = course_guide.reading_minutes(
+        nbformat.v4.new_notebook(cells=[cell])
+    )
+    assert (words, equations, lines) == (4, 2, 0)
+    assert minutes == pytest.approx(
+        4 / course_guide.WORDS_PER_MINUTE + 2 * course_guide.MINUTES_PER_EQUATION
+    )
+
+
 # One notation for the whole course: notation.md's table, and the clashes a pattern can find.
 MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+?\$", re.S)
 # name -> (pattern that must not occur in the maths of a chapter, the table's symbol instead)
@@ -546,3 +581,211 @@ def test_every_symbol_a_chapter_defines_is_in_the_notation_table(path):
         }
     )
     assert not missing, f"{path.name} defines symbols that notation.md does not list: {missing}"
+
+
+# ----------------------------------------------- how to check an answer, edition by edition
+
+CHECK_CELLS = re.compile(r"^```\{check-cells\}\n(.*?)\n```$", re.M | re.S)
+NUMBERS = re.compile(r"^Exercises? (\d+)(?:–(\d+)|((?:, \d+)*) and (\d+))?\b")
+
+
+def exercise_introduction(notebook):
+    (cell,) = [
+        c for c in notebook.cells if c.cell_type == "markdown" and "## Exercises" in c.source
+    ]
+    return cell.source[cell.source.index("## Exercises") :]
+
+
+def stated_numbers(body):
+    """ "Exercises 1–3 ..." -> {1, 2, 3}; "Exercises 1, 2 and 5 ..." -> {1, 2, 5};
+    "Exercise 1 ..." -> {1}."""
+    match = NUMBERS.match(body)
+    assert match, body
+    first, last, middle, final = match.groups()
+    if last:
+        return set(range(int(first), int(last) + 1))
+    numbers = {int(first), *(int(n) for n in re.findall(r"\d+", middle or ""))}
+    return numbers | ({int(final)} if final else set())
+
+
+@pytest.mark.parametrize(
+    "notebook", [TEMPLATE, *CHAPTERS], ids=lambda x: getattr(x, "name", "template")
+)
+def test_the_exercise_introduction_names_the_self_checking_exercises(notebook):
+    """One {check-cells} block, and the exercises it names are those with a check cell."""
+    if not isinstance(notebook, nbformat.NotebookNode):
+        notebook = nbformat.read(notebook, as_version=4)
+    blocks = CHECK_CELLS.findall(exercise_introduction(notebook))
+    checked = {k for k, e in enumerate(exercises.exercises(notebook), 1) if e.checks}
+    assert len(blocks) == 1, "the introduction says how to check answers in one block"
+    assert stated_numbers(blocks[0]) == checked
+
+
+def test_no_chapter_tells_the_website_reader_to_run_a_cell(notebook):
+    """Only the {check-cells} block, rendered per edition, says how to run a check."""
+    prose = " ".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    prose = " ".join(CHECK_CELLS.sub("", prose).split())
+    for phrase in ("check cell under your answer", "run the cell after your", "on the website it"):
+        assert phrase not in prose.lower(), phrase
+
+
+def website_text(source, edition):
+    """A chapter's markdown as the website's directive renders it (MyST, without Sphinx)."""
+    import types
+
+    from docutils.core import publish_doctree
+    from docutils.parsers.rst import directives
+    from myst_parser.parsers.docutils_ import Parser
+
+    from _ext import course_site
+
+    directives.register_directive(exercises.CHECK_CELLS, course_site.CheckCells)
+    config = types.SimpleNamespace(course_edition=edition)
+    env = types.SimpleNamespace(config=config, metadata={}, docname="chapter")
+    document = publish_doctree(
+        source, parser=Parser(), settings_overrides={"env": env, "report_level": 4}
+    )
+    return " ".join(document.astext().split())
+
+
+def edition_texts(path):
+    """{edition: the text of the chapter's exercise introduction in that edition}."""
+    from tools import learner
+
+    notebook = nbformat.read(path, as_version=4)
+    source = exercise_introduction(notebook)
+    texts = {edition: website_text(source, edition) for edition in ("website", "classroom website")}
+    for edition, cells in (
+        ("notebook", exercises.learner_cells(notebook)),
+        ("nbgrader", exercises.nbgrader_cells(notebook)),
+        ("otter", exercises.otter_cells(notebook, "name: x")),
+    ):
+        converted = learner.plain_markdown(
+            [nbformat.from_dict(dict(c)) for c in cells],
+            path,
+            link_solutions=edition == "notebook",
+            edition=edition,
+        )
+        (intro,) = [c.source for c in converted if "## Exercises" in c.source]
+        texts[edition] = " ".join(intro[intro.index("## Exercises") :].split())
+    return texts
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.name)
+def test_each_edition_says_how_to_check_an_answer_there(path):
+    """The website says where the checks run (and, public, that solutions show one); a notebook
+    says to run the check cell; nbgrader's and Otter's copies name their own test cells."""
+    (body,) = CHECK_CELLS.findall(exercise_introduction(nbformat.read(path, as_version=4)))
+    for edition, text in edition_texts(path).items():
+        assert " ".join(body.split()) in text, edition
+        for other, sentence in exercises.HOW_TO_CHECK.items():
+            assert (" ".join(sentence.split()) in text) == (other == edition), (edition, other)
+        assert (exercises.SOLUTIONS_SHOWN in text) == (edition == "website"), edition
+        assert ("folded" in text) == (edition == "website"), edition
+        assert "{check-cells}" not in text
+
+
+# ------------------------------------------------ exercise statements: an aim, then what to do
+
+# A requirement is a sentence that tells the learner to do something: it opens with an
+# imperative verb (after "Then", "First", ...) or asks a question. A paragraph or list item of a
+# prompt with more than MAX_REQUIREMENTS of them, or more than MAX_WORDS words, packs too much:
+# split it into a lettered list, (a), (b), ...
+MAX_REQUIREMENTS, MAX_WORDS = 3, 120
+IMPERATIVES = set(
+    "Add Answer Argue Avoid Build Change Check Choose Compare Compute Count Decode Deduce Define "
+    "Derive Describe Draw Estimate Evaluate Explain Find Fit Give Ignore Implement Keep List Load "
+    "Make Measure Mind Name Pair Plot Predict Print Prove Read Repeat Replace Report Return Rotate "
+    "Run Show Sketch Split State Subtract Take Test Train Try Use Verify Write".split()
+)
+LETTER = re.compile(r"^\(([a-z])\) ")
+LIST_ITEM = re.compile(r"^(\s*)- (.*)$")
+
+
+def prompt_body(prompt):
+    """A prompt's text without its directive lines, displayed maths and code blocks."""
+    body = re.sub(r"^:::\{exercise\}.*\n(:[\w-]+:.*\n)*", "", prompt.source).rsplit(":::", 1)[0]
+    body = re.sub(r"\$\$.*?\$\$", " ", body, flags=re.S)
+    return re.sub(r"```.*?```", " ", body, flags=re.S)
+
+
+def prompt_blocks(body):
+    """Each paragraph and each list item of a prompt as one string."""
+    blocks, current = [], []
+    for line in body.splitlines() + [""]:
+        item = LIST_ITEM.match(line)
+        if (item or not line.strip()) and current:
+            blocks.append(" ".join(current))
+            current = []
+        if item:
+            current = [item[2]]
+        elif line.strip():
+            current.append(line.strip())
+    return blocks
+
+
+def requirements(block):
+    text = re.sub(r"\$[^$]*\$|`[^`]*`", "x", block)
+    text = re.sub(r"\b(e\.g|i\.e|etc|cf|Fig)\.", r"\1", text)
+    count = 0
+    for sentence in re.split(r"(?<=[.?!])\s+(?=[A-Z(*])", text.strip()):
+        sentence = LETTER.sub("", sentence).strip("*_ (")
+        sentence = re.sub(r"^(Then|First|Finally|Also|Next|Now|And),?\s+", "", sentence)
+        opening = re.match(r"[A-Za-z]+", sentence)
+        asks = sentence.rstrip(" *_)").endswith("?")
+        count += bool(asks or (opening and opening[0].capitalize() in IMPERATIVES))
+    return count
+
+
+def test_the_requirement_count_sees_a_packed_paragraph():
+    packed = (
+        "Write `f(x)` for `x` of shape `(n,)`. Use only `torch.exp`. Then explain why it cannot "
+        "overflow. Check it with `checks.check_f`. Why is the shift needed?"
+    )
+    assert requirements(packed) == 5
+    assert requirements("The state is $S = \\sum_j k_j v_j^\\top$. It has $d^2$ numbers.") == 0
+    assert prompt_blocks("Aim.\n\n- (a) Write\n  it.\n- (b) Check it.") == [
+        "Aim.",
+        "(a) Write it.",
+        "(b) Check it.",
+    ]
+
+
+def test_no_exercise_statement_packs_many_requirements_into_one_paragraph(notebook):
+    for exercise in exercises.exercises(notebook):
+        for block in prompt_blocks(prompt_body(exercise.prompt)):
+            assert requirements(block) <= MAX_REQUIREMENTS, (exercise.label, block[:80])
+            assert len(block.split()) <= MAX_WORDS, (exercise.label, block[:80])
+
+
+def test_lettered_steps_are_list_items_in_order(notebook):
+    """(a), (b), ... start the items of a list, in order, never the middle of a paragraph; and
+    they are list items as the website (MyST) and Jupyter (CommonMark) parse them."""
+    from docutils import nodes
+    from docutils.core import publish_doctree
+    from markdown_it import MarkdownIt
+    from myst_parser.parsers.docutils_ import Parser
+
+    for exercise in exercises.exercises(notebook):
+        body = prompt_body(exercise.prompt)
+        letters = [LETTER.match(b)[1] for b in prompt_blocks(body) if LETTER.match(b)]
+        assert letters == [chr(ord("a") + k) for k in range(len(letters))], exercise.label
+        for block in prompt_blocks(body):
+            inline = re.findall(r"(?:^|[.:;] )\(([a-z])\) [A-Z]", block)
+            assert len(inline) < 2, (exercise.label, "lettered steps inside one paragraph")
+        if not letters:
+            continue
+        document = publish_doctree(body, parser=Parser(), settings_overrides={"report_level": 4})
+        items = [
+            " ".join(item.astext().split())
+            for item in document.findall(nodes.list_item)
+            if LETTER.match(item.astext())
+        ]
+        assert [item[1] for item in items] == letters, (exercise.label, "website")
+        tokens = MarkdownIt("commonmark").parse(body)
+        opened = [
+            tokens[k + 2].content[1]
+            for k, token in enumerate(tokens)
+            if token.type == "list_item_open" and LETTER.match(tokens[k + 2].content)
+        ]
+        assert opened == letters, (exercise.label, "notebook")

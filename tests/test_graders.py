@@ -99,11 +99,22 @@ def test_nbgrader_release_has_no_solution_and_valid_cells(chapter, course):
     stubs = sum("raise NotImplementedError()" in c.source for c in cells)
     assert stubs == sum(len(e.answers) for e in found), "a stub where no code is asked for"
     summary = [c for c in instructor.cells if "Summary" in c.source][0]
-    plain = learner.convert_markdown(summary.source, learner.Chapter(chapter, False))
+    plain = learner.convert_markdown(summary.source, learner.Chapter(chapter, False, "nbgrader"))
     assert any(c.source == plain for c in cells), "the lecture part is kept"
     prompts = "\n".join(c.source for c in cells if c.cell_type == "markdown")
     assert ":::{" not in prompts and "{cite}" not in prompts and "### Exercise" in prompts
     assert "#sol-" not in prompts, "an assignment links to no solution"
+    assert_says_how_to_check(prompts, "nbgrader")
+
+
+def assert_says_how_to_check(markdown, edition):
+    """The edition's own sentence on checking an answer, no other edition's, no folded
+    solution (the chapter's {check-cells} block, rendered for this grader)."""
+    introduction = markdown[markdown.index("## Exercises") :].split("### Exercise")[0]
+    text = " ".join(introduction.split())
+    for other, sentence in exercises.HOW_TO_CHECK.items():
+        assert (" ".join(sentence.split()) in text) == (other == edition), other
+    assert "folded" not in text and "{check-cells}" not in text
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +214,10 @@ def test_otter_assign_gives_a_student_notebook_without_solutions(chapter, otter)
     for exercise in exercises.exercises(instructor):
         if exercise.is_coding:
             assert f'grader.check(\\"{exercise.name}\\")' in student
+    student_cells = nbformat.read(dist / "student" / chapter.name, as_version=4).cells
+    assert_says_how_to_check(
+        "\n".join(c.source for c in student_cells if c.cell_type == "markdown"), "otter"
+    )
     assert len(list((dist / "autograder").glob(f"{chapter.stem}-autograder_*.zip"))) == 1
     requirements = (dist / "autograder" / "requirements.txt").read_text()
     package = (

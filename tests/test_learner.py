@@ -103,6 +103,17 @@ def test_every_exercise_is_a_heading_with_its_answer_cells(chapter):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_the_exercises_say_to_run_the_check_cell_and_nothing_about_the_website(chapter):
+    """The notebook's own instruction, not the website's (where nothing runs) nor a grader's."""
+    notebook = nbformat.read(ROOT / "notebooks" / chapter.name, as_version=4)
+    (intro,) = [c.source for c in notebook.cells if "## Exercises" in c.source]
+    intro = " ".join(intro.split())
+    for edition, sentence in exercises.HOW_TO_CHECK.items():
+        assert (" ".join(sentence.split()) in intro) == (edition == "notebook"), edition
+    assert "folded" not in intro and "website" not in intro
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
 def test_every_figure_keeps_its_caption_as_text(chapter):
     notebook = nbformat.read(ROOT / "notebooks" / chapter.name, as_version=4)
     for index, cell in enumerate(notebook.cells):

@@ -122,21 +122,42 @@ def table_rows(table):
     ]
 
 
+# A displayed equation, as a reader meets one: $$...$$, or a top-level \begin{env}...\end{env}
+DISPLAYED = re.compile(r"\$\$.*?\$\$|\\begin\{([a-z]+\*?)\}.*?\\end\{\1\}", re.S)
+
+
 def test_reading_times_are_counted_from_the_chapters(site):
+    """The home page's reading times follow the model the instructors' page states in words:
+    recounted here from the notebooks (prose words outside displayed maths, displays, code
+    lines) at the rates that page prints."""
+    guide = " ".join(
+        BeautifulSoup((site / "instructors.html").read_text(), "html.parser").get_text().split()
+    )
+    rates = re.search(
+        r"prose at (\d+) words a minute, (\d+) minutes for each displayed equation and its "
+        r"code at (\d+) lines a minute",
+        guide,
+    )
+    assert rates, "the instructors' page states the reading-time model"
+    per_word, per_equation, per_line = (int(x) for x in rates.groups())
     page = BeautifulSoup((site / "intro.html").read_text(), "html.parser")
     rows = {row[0].split(".")[0]: row for row in table_rows(page.select("table")[0])[1:-1]}
     assert len(rows) == len(CHAPTERS)
     for chapter in CHAPTERS:
         cells = list(lecture_and_prompt_cells(nbformat.read(chapter, as_version=4)))
-        words = sum(len(c.source.split()) for c in cells if c.cell_type == "markdown")
+        prose = "\n\n".join(c.source for c in cells if c.cell_type == "markdown")
+        displays = len(DISPLAYED.findall(prose))
+        words = len(DISPLAYED.sub(" ", prose).split())
         lines = sum(
             len([x for x in c.source.splitlines() if x.strip()])
             for c in cells
             if c.cell_type == "code"
         )
-        minutes = max(5, 5 * round((words / 125 + lines / 20) / 5))
+        minutes = words / per_word + displays * per_equation + lines / per_line
+        minutes = max(5, 5 * round(minutes / 5))
         row = rows[str(int(chapter.name[:2]))]
-        assert row[1:4] == [f"{words:,}", f"{lines:,}", f"{minutes} min"], (chapter.name, row)
+        expected = [f"{words:,}", str(displays), f"{lines:,}", f"{minutes} min"]
+        assert row[1:5] == expected, (chapter.name, row)
 
 
 def test_the_instructors_tables_are_the_grading_records(site):

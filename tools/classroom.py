@@ -69,6 +69,7 @@ def write_source_tree(source):
     config["title"] += " (classroom edition)"
     config["launch_buttons"]["colab_url"] = ""
     config["sphinx"]["config"]["course_root"] = str(ROOT)  # its notebooks and package
+    config["sphinx"]["config"]["course_edition"] = "classroom website"  # no solutions
     config["exclude_patterns"] = [
         "_build",
         "_ext",

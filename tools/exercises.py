@@ -20,6 +20,17 @@ The grading record of a prompt cell:
 
 From this, `learner_cells` (the learner and classroom editions), `nbgrader_cells` and
 `otter_cells` (the graders' copies) write each audience's cells.
+
+How a learner checks an answer depends on where the chapter is read: nothing runs on the
+website, a notebook has a check cell under each answer, the graders' copies have their own test
+cells. A chapter's exercise introduction says what is particular to it (which exercises check
+themselves) in a `{check-cells}` block, and each edition adds its own HOW_TO_CHECK sentence to it:
+
+    ```{check-cells}
+    Exercises 1 and 2 ask for code and check themselves.
+    ```
+
+The website renders the block with _ext/course_site.py, the notebooks with tools/learner.py.
 """
 
 import ast
@@ -35,6 +46,27 @@ SOLUTION_BLOCK = re.compile(
     rf"^([ \t]*){re.escape(BEGIN)}[ \t]*\n.*?^[ \t]*{re.escape(END)}[ \t]*$", re.M | re.S
 )
 WRITTEN_ANSWER = "**Your answer.** *Write your answer here.*"
+CHECK_CELLS = "check-cells"  # the directive of a chapter's exercise introduction
+HOW_TO_CHECK = {  # what each edition adds to it
+    "website": "Nothing runs on this page: to work an exercise, open the chapter as a notebook "
+    "(the Colab and download links under its title), where the check cell under your answer "
+    "either confirms your code on several test cases or says what is wrong.",
+    "classroom website": "Nothing runs on this page: to work an exercise, download the "
+    "chapter's notebook (the link under its title), where the check cell under your answer "
+    "either confirms your code on several test cases or says what is wrong.",
+    "notebook": "Run the check cell under your answer: it either confirms your code on several "
+    "test cases or says what is wrong.",
+    "nbgrader": "Run the locked test cell under your answer: it either confirms your code on "
+    "several test cases or says what is wrong, and it fails while the answer is the stub. "
+    "Grading runs it again, with hidden tests on other cases.",
+    "otter": "Run the `grader.check` cell under your answer: it runs the public tests, which "
+    "either confirm your code or say what is wrong. Grading runs them again, with hidden tests "
+    "on other cases.",
+}
+# On the public website only, where every solution is on the page (the learner's PDF hides it)
+SOLUTIONS_SHOWN = (
+    "Here each exercise's solution (folded on the website) shows a worked answer and its check."
+)
 CODE_SCRATCH = "# Your code for this exercise, to go with your written answer."
 
 

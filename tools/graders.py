@@ -13,7 +13,7 @@ autograder zip.
 NN selects chapters by number (default: every chapter); --colab makes the Otter notebooks for
 students who work in Google Colab. The README has the whole workflow. Markdown cells are written
 as plain Markdown (tools/learner.py), as JupyterLab and Colab render it, without links to the
-website's solutions.
+website's solutions, and each exercise introduction says how that tool checks an answer.
 """
 
 import argparse
@@ -82,7 +82,9 @@ def write_nbgrader(paths, out):
     (out / "nbgrader_config.py").write_text(NBGRADER_CONFIG)
     for path in paths:
         source = nbformat.read(path, as_version=4)
-        cells = learner.plain_markdown(exercises.nbgrader_cells(source), path, link_solutions=False)
+        cells = learner.plain_markdown(
+            exercises.nbgrader_cells(source), path, link_solutions=False, edition="nbgrader"
+        )
         notebook = _notebook_like(source, cells)
         folder = out / "source" / path.stem
         folder.mkdir(parents=True, exist_ok=True)
@@ -121,7 +123,7 @@ def write_otter(paths, out, colab=False):
         source = nbformat.read(path, as_version=4)
         config = otter_config(path.stem, colab, extras_needed(source))
         cells = learner.plain_markdown(
-            exercises.otter_cells(source, config), path, link_solutions=False
+            exercises.otter_cells(source, config), path, link_solutions=False, edition="otter"
         )
         notebook = _notebook_like(source, cells)
         folder = out / path.stem

@@ -10,8 +10,10 @@ notebooks/<same name>.ipynb, which the website's Colab and download buttons open
 - the cells without solutions (`exercises.learner_cells`): answers are stubs, check cells stay,
   every written part has an answer cell, nothing of a solution is left;
 - MyST turned into Markdown: an exercise becomes a heading "Exercise N.k" with a link to its
-  solution on the website; a note becomes a quotation, a dropdown a <details> block; {cite}
-  becomes (Author, Year) linked to the website's references; {ref}, {numref} and {doc} become
+  solution on the website; the exercise introduction's {check-cells} block gets the notebook's
+  sentence on how to check an answer (exercises.HOW_TO_CHECK; the graders' copies get their
+  own); a note becomes a quotation, a dropdown a <details> block; {cite} becomes (Author, Year)
+  linked to the website's references; {ref}, {numref} and {doc} become
   links to the website's pages; a figure's caption (cell metadata) becomes text under it;
 - a note under the title says what this edition is and links to the website.
 
@@ -243,6 +245,8 @@ def convert_markdown(source, chapter):
         body = convert_markdown(body, chapter)
         if name == "exercise":
             out.append(chapter.exercise(argument, options, body))
+        elif name == exercises.CHECK_CELLS:
+            out.append(chapter.check_cells(body))
         elif name in ADMONITIONS:
             out.append(admonition(name, argument, options, body))
         else:
@@ -251,12 +255,20 @@ def convert_markdown(source, chapter):
 
 
 class Chapter:
-    """What the conversion of one chapter needs to know: its number and page, and how many
-    exercises it has written so far (they are numbered as on the website)."""
+    """What the conversion of one chapter needs to know: its number and page, how many
+    exercises it has written so far (they are numbered as on the website), and its edition
+    (a key of exercises.HOW_TO_CHECK: "notebook", "nbgrader" or "otter")."""
 
-    def __init__(self, path, link_solutions=True):
+    def __init__(self, path, link_solutions=True, edition="notebook"):
         self.number, self.page, self.exercises = int(path.name[:2]), f"chapters/{path.stem}", 0
         self.link_solutions = link_solutions  # not in the classroom edition nor an assignment
+        if edition not in exercises.HOW_TO_CHECK or "website" in edition:
+            raise ValueError(f"edition: no notebook edition {edition!r}")
+        self.edition = edition
+
+    def check_cells(self, body):
+        """The exercise introduction's own words, then how this edition checks an answer."""
+        return f"{body} {exercises.HOW_TO_CHECK[self.edition]}".strip()
 
     def exercise(self, title, options, body):
         self.exercises += 1
@@ -288,9 +300,9 @@ class Chapter:
         )
 
 
-def plain_markdown(cells, path, link_solutions=True):
+def plain_markdown(cells, path, link_solutions=True, edition="notebook"):
     """The cells with every markdown cell's MyST written as plain Markdown (in place)."""
-    chapter = Chapter(path, link_solutions)
+    chapter = Chapter(path, link_solutions, edition)
     for cell in cells:
         if cell.cell_type == "markdown":
             cell.source = convert_markdown(cell.source, chapter)
