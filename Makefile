@@ -43,12 +43,12 @@ book: system $(READY)
 
 pdf: book
 
-# Two processes (CI has two cores): conftest.py says how the files are shared out, the longest
+# Two processes (CI has two cores): conftest.py says how the tests are shared out, the longest
 # first.
 WORKERS ?= 2
 test: system $(READY)
 	$(BIN)/python -m pytest tests chapters templates --nbval -p no:cacheprovider -rs \
-		--durations=40 -n $(WORKERS) --dist loadfile --no-loadscope-reorder
+		--durations=40 -n $(WORKERS) --dist loadscope --no-loadscope-reorder
 
 notebooks: $(READY)
 	$(BIN)/python -m tools.learner

@@ -1,14 +1,16 @@
-"""How `make test` splits its work between two processes (pytest-xdist, `--dist loadfile`; CI has
-two cores). A file goes to one process: a notebook's cells share one kernel, and a module's
-fixtures are built once. The files that read the built site share one build (tests/conftest.py,
-`site`). The longest files go first, so that no long one starts while the other process idles;
-each took minutes in `make test --durations`: the Colab stand-ins, the book and its PDFs (built
-by the first site file), the graders, axe-core on every page, the classroom edition's book.
+"""How `make test` shares its work out between two processes (pytest-xdist, `--dist loadscope`;
+CI has two cores). A unit of work is a file, or a test class: a notebook's cells share one
+kernel, and a module's fixtures are built once per process; tests/test_colab.py makes each
+chapter's Colab run a class of its own, so that both processes take chapters. The files that
+read the built site share one build (tests/conftest.py, `site`). The longest units go first, so
+that no long one starts while the other process idles; each took minutes in `make test
+--durations`: the book and its PDFs (built by test_pdf, the first site file), the Colab
+stand-ins, the graders, axe-core on every page, the classroom edition's book.
 """
 
 FIRST = (
-    "test_colab.py",
     "test_pdf.py",
+    "test_colab.py",
     "test_graders.py",
     "test_site_controls.py",
     "test_site_layout.py",

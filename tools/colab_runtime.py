@@ -16,8 +16,9 @@ the same version (a CUDA build, about 5 GB, that runs on a CPU too) stands in fo
 cache (~/.cache/attention-course, or $COURSE_CACHE_DIR), named by the file's hash: it
 is built once per machine and reused while the file is unchanged. tests/test_colab.py runs every
 learner notebook on top of it, and writes how long each chapter's setup took there and what it
-installed to _build/colab/setup-times.json; `times` keeps that run in colab/setup-times.json,
-with the date and the machine, for the instructors' page (_ext/course_guide.py shows it).
+installed to _build/colab/setup-times/ (a file per chapter); `times` keeps that run in
+colab/setup-times.json, with the date and the machine, for the instructors' page
+(_ext/course_guide.py shows it).
 """
 
 import argparse
@@ -34,11 +35,13 @@ import sys
 import tempfile
 import urllib.request
 
+from filelock import FileLock
+
 from tools import ROOT
 
 RUNTIME = ROOT / "colab" / "runtime.txt"
 TIMES = ROOT / "colab" / "setup-times.json"
-MEASURED = ROOT / "_build" / "colab" / "setup-times.json"  # written by tests/test_colab.py
+MEASURED = ROOT / "_build" / "colab" / "setup-times"  # CHAPTER.json, by tests/test_colab.py
 FREEZE_URL = "https://raw.githubusercontent.com/googlecolab/backend-info/main/pip-freeze.txt"
 # What the chapters and the course package import that Colab has (the course package, the model
 # packages and gguf are not in Colab: the chapters' setup cells install them), and the kernel.
@@ -174,16 +177,18 @@ def build():
     digest = hashlib.sha256("\n".join(wanted).encode()).hexdigest()[:12]
     folder = cache_root() / f"colab-py{sys.version_info[0]}{sys.version_info[1]}-{digest}"
     libraries, done = folder / "site-packages", folder / "complete"
-    if done.is_file():
-        return libraries
-    shutil.rmtree(folder, ignore_errors=True)
-    print(f"installing the Colab stand-in's libraries (once per machine) in {folder}")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "--no-deps", "--no-compile", "--target", str(libraries), *wanted],
-        check=True,
-    )  # fmt: skip
-    done.write_text(RUNTIME.read_text())
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{folder}.lock"):  # make test's two processes may both ask for it
+        if done.is_file():
+            return libraries
+        shutil.rmtree(folder, ignore_errors=True)
+        print(f"installing the Colab stand-in's libraries (once per machine) in {folder}")
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+             "--no-deps", "--no-compile", "--target", str(libraries), *wanted],
+            check=True,
+        )  # fmt: skip
+        done.write_text(RUNTIME.read_text())
     return libraries
 
 
@@ -194,7 +199,7 @@ def provenance(path=RUNTIME):
 
 def keep_times():
     """colab/setup-times.json: the last Colab test's setup times, with when and where."""
-    chapters = json.loads(MEASURED.read_text())
+    chapters = {path.stem: json.loads(path.read_text()) for path in MEASURED.glob("*.json")}
     if TIMES.is_file():  # a run of some chapters only (COLAB_CHAPTERS) updates theirs
         kept = json.loads(TIMES.read_text())
         if kept["runtime"] == provenance():
