@@ -169,8 +169,195 @@ def test_a_stub_waits_for_its_answer(capsys):
     def stub(*args):
         raise NotImplementedError
 
-    for check in (checks.check_absorbed_query, checks.check_latent_cache_bytes):
+    for check in (
+        checks.check_absorbed_query,
+        checks.check_latent_cache_bytes,
+        checks.check_decode_flop_per_byte,
+    ):
         assert check(stub) is None
         assert "Not yet answered" in capsys.readouterr().out
         with pytest.raises(checks.NotAnswered):
             check(stub, strict=True)
+
+
+# ------------------------------------------------- exercise 5: FLOPs per byte of a decoding step
+
+
+def intensity_by_parts(config, cached_tokens, batch_size, bytes_per_element):
+    """Per sequence: absorb the query, score and sum over its keys; then the weights once."""
+    heads, d_c = config["num_attention_heads"], config["kv_lora_rank"]
+    d_h, d_r, d_v = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
+    keys = cached_tokens + 1
+    absorb = heads * d_h * d_c  # q_C W_UK, every head
+    out = heads * d_c * d_v  # the weighted latent through W_UV, every head
+    scores, weighted_sum = keys * heads * (d_c + d_r), keys * heads * d_c
+    flops = 2 * batch_size * (absorb + out + scores + weighted_sum)
+    weights = heads * d_h * d_c + heads * d_v * d_c  # k_up and v_up
+    caches = batch_size * keys * (d_c + d_r)
+    return flops / ((weights + caches) * bytes_per_element)
+
+
+def intensity_by_loops(config, cached_tokens, batch_size, bytes_per_element):
+    """Brute force: for every sequence and every key, add what it costs and reads."""
+    heads, d_c = config["num_attention_heads"], config["kv_lora_rank"]
+    d_h, d_r, d_v = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
+    multiply_adds = numbers = 0
+    numbers += d_c * heads * d_h + d_c * heads * d_v  # the weights, read once
+    for _sequence in range(batch_size):
+        multiply_adds += heads * d_h * d_c + heads * d_c * d_v
+        for _key in range(cached_tokens + 1):
+            multiply_adds += heads * (d_c + d_r) + heads * d_c
+            numbers += d_c + d_r
+    return 2 * multiply_adds / (numbers * bytes_per_element)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("answer", [intensity_by_parts, intensity_by_loops])
+def test_decode_flop_per_byte_check_passes_independent_answers(answer, seed, capsys):
+    checks.check_decode_flop_per_byte(answer, seed=seed)
+    assert capsys.readouterr().out.startswith("Correct")
+
+
+def test_decode_flop_per_byte_at_deepseek_v3_against_numbers_worked_by_hand():
+    """DeepSeek-V3, 1 sequence, 4,096 cached tokens, bfloat16: U = 128 * 512 * 256 =
+    16,777,216; per key 128 * 1,088 = 139,264 multiply-adds and 576 numbers."""
+    config = dict(
+        num_attention_heads=128,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+    )
+    flops = 2 * (16_777_216 + 4097 * 139_264)
+    read = 2 * (16_777_216 + 4097 * 576)
+    assert intensity_by_parts(config, 4096, 1, 2) == pytest.approx(flops / read, rel=1e-12)
+    assert intensity_by_loops(config, 4096, 1, 2) == pytest.approx(flops / read, rel=1e-12)
+
+
+def _sizes(c):
+    return (
+        c["num_attention_heads"],
+        c["kv_lora_rank"],
+        c["qk_nope_head_dim"],
+        c["qk_rope_head_dim"],
+        c["v_head_dim"],
+    )
+
+
+def _slip(flops_of, bytes_of):
+    """An answer from a wrong count of FLOPs or of bytes: each gets (H, d_c, d_h, d_R, d_v,
+    keys = cached + 1, batch, b), plus the cached count for the off-by-one slip."""
+
+    def answer(config, cached_tokens, batch_size, bytes_per_element):
+        sizes = (*_sizes(config), cached_tokens + 1, batch_size, bytes_per_element)
+        return flops_of(*sizes, cached_tokens) / bytes_of(*sizes, cached_tokens)
+
+    return answer
+
+
+def right_flops(h, c, d, r, v, k, batch, b, n):
+    return 2 * batch * (h * c * (d + v) + k * h * (2 * c + r))
+
+
+def right_bytes(h, c, d, r, v, k, batch, b, n):
+    return b * (h * c * (d + v) + batch * k * (c + r))
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (
+            _slip(lambda *s: right_flops(*s) / 2, right_bytes),
+            "a multiply-add is 2 FLOPs",
+        ),
+        (
+            lambda *a: 1 / intensity_by_parts(*a),
+            "bytes per FLOP",
+        ),
+        (
+            _slip(
+                right_flops,
+                lambda h, c, d, r, v, k, batch, b, n: b * batch * (h * c * (d + v) + k * (c + r)),
+            ),
+            "read once for the whole batch",
+        ),
+        (
+            _slip(right_flops, lambda h, c, d, r, v, k, batch, b, n: b * batch * k * (c + r)),
+            "also reads the weights of W_UK and W_UV",
+        ),
+        (
+            _slip(
+                lambda h, c, d, r, v, k, batch, b, n: 2 * batch * k * h * (2 * c + r),
+                right_bytes,
+            ),
+            "W_UK into its query",
+        ),
+        (
+            _slip(
+                lambda h, c, d, r, v, k, batch, b, n: right_flops(h, c, d, r, v, n, batch, b, n),
+                lambda h, c, d, r, v, k, batch, b, n: right_bytes(h, c, d, r, v, n, batch, b, n),
+            ),
+            "the new token is a key too",
+        ),
+        (
+            _slip(
+                right_flops,
+                lambda h, c, d, r, v, k, batch, b, n: (
+                    b * (h * c * (d + v) + batch * k * h * (c + r))
+                ),
+            ),
+            "shared by all heads",
+        ),
+        (
+            _slip(
+                lambda h, c, d, r, v, k, batch, b, n: (
+                    2 * batch * k * (h * c * (d + v) + h * (d + r + v))
+                ),
+                right_bytes,
+            ),
+            "that is the explicit path",
+        ),
+        (
+            _slip(
+                right_flops,
+                lambda h, c, d, r, v, k, batch, b, n: right_bytes(h, c, d, r, v, k, batch, 1, n),
+            ),
+            "FLOPs per number read",
+        ),
+        (
+            _slip(
+                lambda h, c, d, r, v, k, batch, b, n: (
+                    2 * batch * (h * c * (d + v) + k * h * (c + r + v))
+                ),
+                right_bytes,
+            ),
+            "not d_v",
+        ),
+        (
+            _slip(
+                lambda h, c, d, r, v, k, batch, b, n: 2 * batch * (h * c * (d + v) + k * h * 2 * c),
+                right_bytes,
+            ),
+            "the shared RoPE key too",
+        ),
+        (lambda *a: str(intensity_by_parts(*a)), "expected a number of FLOPs per byte"),
+    ],
+)
+def test_decode_flop_per_byte_check_names_the_usual_mistakes(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        checks.check_decode_flop_per_byte(wrong)
+
+
+def test_decode_flop_per_byte_check_refuses_a_hard_coded_answer():
+    cases = checks.ch15_multi_head_latent_attention._decode_cases(0)
+    visible = {
+        (cached, batch, size): intensity_by_parts(config, cached, batch, size)
+        for _case, config, cached, batch, size in cases
+    }
+
+    def only_visible_cases(config, cached_tokens, batch_size, bytes_per_element):
+        return visible.get((cached_tokens, batch_size, bytes_per_element), 1.0)
+
+    checks.check_decode_flop_per_byte(only_visible_cases)
+    with pytest.raises(CheckFailed):
+        checks.check_decode_flop_per_byte(only_visible_cases, seed=1)

@@ -74,7 +74,11 @@ from .ch13_inside_a_pretrained_model import check_ablate_head, check_previous_wo
 from .ch14_inside_a_decoder_language_model import check_half_split_rows, check_induction_targets
 
 # chapter 15: Multi-head latent attention
-from .ch15_multi_head_latent_attention import check_absorbed_query, check_latent_cache_bytes
+from .ch15_multi_head_latent_attention import (
+    check_absorbed_query,
+    check_decode_flop_per_byte,
+    check_latent_cache_bytes,
+)
 
 # chapter 16: Linear attention and the gated delta rule
 from .ch16_linear_attention import check_gated_delta_step, check_linear_recurrence

@@ -1,5 +1,6 @@
-"""Checks of chapter 15's exercises: the absorbed query of multi-head latent attention, and the
-latent cache of a config, on DeepSeek's published configs among others."""
+"""Checks of chapter 15's exercises: the absorbed query of multi-head latent attention, the
+latent cache of a config, on DeepSeek's published configs among others, and the FLOPs per byte
+of an absorbed decoding step."""
 
 import torch
 
@@ -245,3 +246,171 @@ def check_latent_cache_bytes(fn, seed=0):
                 + (f": {hint}" if hint else "")
             )
     passed("your latent-cache size", len(cases))
+
+
+def _decode_cases(seed):
+    """(case, config, cached_tokens, batch_size, bytes_per_element)."""
+    if not seed:
+        return [
+            (
+                "DeepSeek-V3, 4,096 cached, 1 sequence, bfloat16",
+                _REAL_CONFIGS["DeepSeek-V3"],
+                4096,
+                1,
+                2,
+            ),
+            (
+                "DeepSeek-V2-Lite, 1,000 cached, 8 sequences, 1 byte",
+                _REAL_CONFIGS["DeepSeek-V2-Lite"],
+                1000,
+                8,
+                1,
+            ),
+            (
+                "3 heads, kv_lora_rank 10, d_h 5, d_R 4, d_v 6, 0 cached, 3 sequences, float32",
+                dict(
+                    num_hidden_layers=2,
+                    num_attention_heads=3,
+                    kv_lora_rank=10,
+                    qk_rope_head_dim=4,
+                    qk_nope_head_dim=5,
+                    v_head_dim=6,
+                ),
+                0,
+                3,
+                4,
+            ),
+        ]
+    numbers = [integers(seed, 4, 1, 300, 200 + k) for k in range(7)]
+    cases = []
+    for n, (heads, rank, half_rope, nope, value, cached, batch) in enumerate(zip(*numbers)):
+        config = dict(
+            num_hidden_layers=1 + n,
+            num_attention_heads=heads,
+            kv_lora_rank=rank,
+            qk_rope_head_dim=2 * half_rope,
+            qk_nope_head_dim=nope,
+            v_head_dim=value,
+        )
+        cases.append(
+            (
+                f"random config {n}, {cached} cached, {batch} sequences",
+                config,
+                cached,
+                batch,
+                [1, 2, 4][n % 3],
+            )
+        )
+    return cases
+
+
+def _decode_parts(config, cached, batch, size):
+    """The parts of one absorbed decoding step of one layer, for the right answer and the
+    mistakes: (U, keys per sequence, multiply-adds per pair of all heads, cached numbers per
+    key)."""
+    heads, rank = config["num_attention_heads"], config["kv_lora_rank"]
+    rope, nope, value = config["qk_rope_head_dim"], config["qk_nope_head_dim"], config["v_head_dim"]
+    up = heads * rank * (nope + value)  # W_UK and W_UV: multiply-adds on one vector, and weights
+    return up, cached + 1, heads * (2 * rank + rope), rank + rope
+
+
+def _decode_flop_per_byte(config, cached, batch, size):
+    up, keys, per_pair, per_key = _decode_parts(config, cached, batch, size)
+    flops = 2 * batch * (up + keys * per_pair)
+    return flops / (size * (up + batch * keys * per_key))
+
+
+def _decode_mistakes(config, cached, batch, size):
+    """(what a typical wrong answer computes, why it is wrong)."""
+    up, keys, per_pair, per_key = _decode_parts(config, cached, batch, size)
+    heads, rank = config["num_attention_heads"], config["kv_lora_rank"]
+    rope, nope, value = config["qk_rope_head_dim"], config["qk_nope_head_dim"], config["v_head_dim"]
+    flops = 2 * batch * (up + keys * per_pair)
+    read = size * (up + batch * keys * per_key)
+    return [
+        (
+            flops / 2 / read,
+            "you counted multiply-adds: a multiply-add is 2 FLOPs",
+        ),
+        (
+            read / flops,
+            "you returned bytes per FLOP: the question is FLOPs per byte read",
+        ),
+        (
+            flops / (size * batch * (up + keys * per_key)),
+            "the weights of W_UK and W_UV are read once for the whole batch; only the caches "
+            "are read once per sequence",
+        ),
+        (
+            flops / (size * batch * keys * per_key),
+            "the step also reads the weights of W_UK and W_UV, H d_c (d_h + d_v) numbers",
+        ),
+        (
+            2 * batch * keys * per_pair / read,
+            "each new token also costs H d_c (d_h + d_v) multiply-adds: W_UK into its query "
+            "and W_UV after the weighted sum",
+        ),
+        (
+            2 * batch * (up + cached * per_pair) / (size * (up + batch * cached * per_key)),
+            "the new token is a key too: it attends to cached_tokens + 1 keys, its own latent "
+            "and RoPE key included",
+        ),
+        (
+            flops / (size * (up + batch * keys * heads * per_key)),
+            "the latent and the RoPE key are shared by all heads: each sequence reads its cache "
+            "once, not once per head",
+        ),
+        (
+            2 * batch * keys * (up + heads * (nope + rope + value)) / read,
+            "that is the explicit path, which expands every key's latent: the absorbed step "
+            "scores the latents with absorbed queries",
+        ),
+        (
+            flops / (up + batch * keys * per_key),
+            "that is FLOPs per number read: multiply the numbers by bytes_per_element",
+        ),
+        (
+            2 * batch * (up + keys * heads * (rank + rope + value)) / read,
+            "the absorbed weighted sum runs over the latents: d_c multiply-adds per pair and "
+            "head, not d_v (W_UV comes after the sum)",
+        ),
+        (
+            2 * batch * (up + keys * heads * 2 * rank) / read,
+            "the scores read the shared RoPE key too: d_c + d_R multiply-adds per pair and head",
+        ),
+    ]
+
+
+@self_check
+def check_decode_flop_per_byte(fn, seed=0):
+    """Check fn(config, cached_tokens, batch_size, bytes_per_element) -> the FLOPs (2 per
+    multiply-add) per byte read of one absorbed decoding step of one MLA layer: batch_size
+    sequences with one new token each after cached_tokens cached ones; the weights of W_UK and
+    W_UV read once for the batch, each sequence's latents and RoPE keys once; what both paths
+    share (the projections of the new tokens, W_O) left out. config: a dict with transformers'
+    field names. Chapter 15, exercise 5."""
+    cases = _decode_cases(seed)
+    for case, config, cached, batch, size in cases:
+        expected = _decode_flop_per_byte(config, cached, batch, size)
+        got = run(fn, (dict(config), cached, batch, size), case)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            raise CheckFailed(
+                f"case '{case}': your function returned {type(got).__name__}, "
+                "expected a number of FLOPs per byte"
+            )
+        if abs(got - expected) > 1e-9 * expected:
+            hint = next(
+                (
+                    why
+                    for wrong, why in _decode_mistakes(config, cached, batch, size)
+                    if abs(got - wrong) <= 1e-9 * wrong and abs(wrong - expected) > 1e-9 * expected
+                ),
+                None,
+            )
+            raise CheckFailed(
+                f"case '{case}': you say {got:,.4f} FLOPs per byte, expected {expected:,.4f}"
+                + (f": {hint}" if hint else "")
+            )
+    passed("your FLOPs per byte of an absorbed decoding step", len(cases))
