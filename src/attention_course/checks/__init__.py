@@ -77,7 +77,12 @@ from .ch14_inside_a_decoder_language_model import check_half_split_rows, check_i
 from .ch15_multi_head_latent_attention import check_absorbed_query, check_latent_cache_bytes
 
 # chapter 16: Linear attention and the gated delta rule
-from .ch16_linear_attention import check_gated_delta_step, check_linear_recurrence
+from .ch16_linear_attention import (
+    check_gated_delta_step,
+    check_gated_rms_norm,
+    check_linear_recurrence,
+    check_short_convolution,
+)
 
 # chapter 17: Sparse and hybrid attention in the models of 2025
 from .ch17_sparse_and_hybrid_attention import (
