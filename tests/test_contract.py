@@ -35,6 +35,7 @@ from attention_course import (
     costs,
     data,
     decoding,
+    deltanet,
     latent,
     linear,
     masking,
@@ -315,6 +316,32 @@ def tiny_latent_attention():
     return latent.MultiHeadLatentAttention(
         16, 2, kv_rank=4, q_rank=6, head_dim=4, rope_dim=2, value_dim=3
     )
+
+
+def tiny_deltanet():
+    torch.manual_seed(0)
+    return deltanet.GatedDeltaNet(16, 2, 4, 3, num_value_heads=4, conv_size=3)
+
+
+def qwen3_next_deltanet():
+    """transformers' Qwen3NextGatedDeltaNet on a small config (2 key heads, 4 value heads)."""
+    import transformers
+
+    config = transformers.Qwen3NextConfig(
+        hidden_size=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=4,
+        linear_value_head_dim=3,
+        linear_conv_kernel_dim=3,
+        num_hidden_layers=1,
+        layer_types=["linear_attention"],
+        vocab_size=10,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=4,
+    )
+    return transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextGatedDeltaNet(config, 0)
 
 
 def deepseek_state_dict():
@@ -1399,6 +1426,41 @@ REGISTRY = {
             "mla_path": NAME,
         },
     ),
+    # deltanet (chapter 16)
+    "attention_course.deltanet.GatedDeltaNet": Case(
+        lambda: (
+            deltanet.GatedDeltaNet,
+            dict(
+                embed_dim=16,
+                num_heads=2,
+                head_dim=4,
+                value_dim=3,
+                num_value_heads=4,
+                conv_size=3,
+                norm_eps=1e-6,
+                chunk_size=8,
+            ),
+        ),
+        {
+            "embed_dim": COUNT,
+            "num_heads": COUNT,
+            "head_dim": COUNT,
+            "value_dim": COUNT,
+            "num_value_heads": optional(COUNT) + [Bad("not a multiple", constant(3), ValueError)],
+            "conv_size": COUNT,
+            "norm_eps": NON_NEGATIVE,
+            "chunk_size": COUNT,
+        },
+    ),
+    "attention_course.deltanet.GatedDeltaNet.forward": Case(
+        lambda: (tiny_deltanet(), dict(x=randn(2, 5, 16), cache=deltanet.DeltaNetCache())),
+        {"x": MATCHED, "cache": optional(INSTANCE)},
+    ),
+    "attention_course.deltanet.GatedDeltaNet.from_qwen3_next": Case(
+        lambda: (deltanet.GatedDeltaNet.from_qwen3_next, dict(layer=qwen3_next_deltanet())),
+        {"layer": INSTANCE},
+    ),
+    "attention_course.deltanet.DeltaNetCache": Case(lambda: (deltanet.DeltaNetCache, {}), {}),
     # linear (chapter 16)
     "attention_course.linear.linear_attention": Case(
         lambda: (

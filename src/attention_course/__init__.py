@@ -16,6 +16,7 @@ from . import (
     costs,
     data,
     decoding,
+    deltanet,
     latent,
     linear,
     masking,
@@ -42,6 +43,7 @@ from .data import (
     target_function,
 )
 from .decoding import KVCache, TinyDecoder
+from .deltanet import DeltaNetCache, GatedDeltaNet
 from .latent import LatentCache, MultiHeadLatentAttention, latent_cache_bytes
 from .linear import delta_rule, linear_attention
 from .masking import causal_mask, decoding_mask, masked_softmax, valid_lens_mask
@@ -76,6 +78,8 @@ __all__ = [
     "AttentionCosts",
     "DecoderConfig",
     "DeepSeekSparseAttention",
+    "DeltaNetCache",
+    "GatedDeltaNet",
     "GroupedQueryAttention",
     "MultiHeadAttention",
     "KernelRegression",
@@ -96,6 +100,7 @@ __all__ = [
     "data",
     "decoding",
     "decoding_mask",
+    "deltanet",
     "delta_rule",
     "dot_product_scores",
     "flash_attention",

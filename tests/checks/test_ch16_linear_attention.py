@@ -175,3 +175,144 @@ def test_chapter_16_stubs_wait_for_their_answers(capsys):
         assert "Not yet answered" in capsys.readouterr().out
         with pytest.raises(checks.NotAnswered):
             check(stub, strict=True)
+
+
+# ------------------------------------------------------------------ exercise 3: the layer's parts
+
+
+def convolution_by_conv1d(x, weight, held):
+    """PyTorch's depthwise conv1d over [held; x] without padding."""
+    window = torch.cat([held, x])  # (w - 1 + L, C)
+    out = torch.nn.functional.conv1d(window.T[None], weight[:, None, :], groups=x.shape[1])
+    return torch.nn.functional.silu(out[0].T), window[len(window) - (weight.shape[1] - 1) :]
+
+
+def convolution_by_loops(x, weight, held):
+    """Every output channel by channel, the held inputs updated token by token."""
+    size = weight.shape[1]
+    outputs = []
+    for token in x:
+        window = torch.cat([held, token[None]])  # (K, C)
+        summed = (weight.T * window).sum(0)
+        outputs.append(summed * torch.sigmoid(summed))
+        held = window[1:]
+    return torch.stack(outputs), held[len(held) - (size - 1) :]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("answer", [convolution_by_conv1d, convolution_by_loops])
+def test_short_convolution_check_passes_independent_answers(answer, seed, capsys):
+    checks.check_short_convolution(answer, seed=seed)
+    assert capsys.readouterr().out.startswith("Correct")
+
+
+def same_padding(x, weight, held):
+    """A centred convolution: output t reads later tokens too."""
+    size = weight.shape[1]
+    padded = torch.nn.functional.pad(x.T[None], ((size - 1) // 2, size // 2))
+    out = torch.nn.functional.conv1d(padded, weight[:, None, :], groups=x.shape[1])
+    return torch.nn.functional.silu(out[0].T), convolution_by_conv1d(x, weight, held)[1]
+
+
+def without_the_cache(x, weight, held):
+    return convolution_by_conv1d(x, weight, torch.zeros_like(held))
+
+
+def flipped_taps(x, weight, held):
+    return convolution_by_conv1d(x, weight.flip(1), held)
+
+
+def _linear(x, weight, held):
+    window = torch.cat([held, x])
+    out = torch.nn.functional.conv1d(window.T[None], weight[:, None, :], groups=x.shape[1])
+    return out[0].T
+
+
+def old_held(x, weight, held):
+    return convolution_by_conv1d(x, weight, held)[0], held
+
+
+def last_of_x_only(x, weight, held):
+    """The new tokens' last w - 1, padded with zeros when fewer: loses the held ones."""
+    size = weight.shape[1] - 1
+    padded = torch.cat([torch.zeros_like(held), x])
+    return convolution_by_conv1d(x, weight, held)[0], padded[len(padded) - size :]
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (same_padding, "not causal"),
+        (without_the_cache, "ignore the held inputs"),
+        (flipped_taps, "taps are reversed"),
+        (lambda x, w, h: (_linear(x, w, h), convolution_by_conv1d(x, w, h)[1]), "SiLU is missing"),
+        (old_held, "are the old ones"),
+        (last_of_x_only, "held inputs at index"),
+        (lambda x, w, h: convolution_by_conv1d(x, w, h)[0], "return two tensors"),
+    ],
+)
+def test_short_convolution_check_names_the_usual_mistakes(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        checks.check_short_convolution(wrong)
+
+
+def gated_norm_as_the_layer(out, gate, weight, eps):
+    """torch's RMSNorm, then the SiLU gate."""
+    norm = torch.nn.RMSNorm(out.shape[-1], eps=eps, dtype=out.dtype)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+    return norm(out) * torch.nn.functional.silu(gate)
+
+
+def gated_norm_by_rows(out, gate, weight, eps):
+    rows = []
+    for o, z in zip(out, gate):
+        rms = math.sqrt(float((o**2).sum()) / len(o) + eps)
+        rows.append(weight * o / rms * z / (1 + torch.exp(-z)))
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("answer", [gated_norm_as_the_layer, gated_norm_by_rows])
+def test_gated_rms_norm_check_passes_independent_answers(answer, seed, capsys):
+    checks.check_gated_rms_norm(answer, seed=seed)
+    assert capsys.readouterr().out.startswith("Correct")
+
+
+def rms(x, eps):
+    return torch.sqrt((x**2).mean(-1, keepdim=True) + eps)
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda o, z, w, e: w * o / rms(o, e), "gate is forgotten"),
+        (
+            lambda o, z, w, e: (
+                w * (o * torch.nn.functional.silu(z)) / rms(o * torch.nn.functional.silu(z), e)
+            ),
+            "normalised the gated output",
+        ),
+        (lambda o, z, w, e: w * o / rms(o, e) * torch.sigmoid(z), "not sigmoid"),
+        (
+            lambda o, z, w, e: (
+                w * torch.nn.functional.normalize(o, dim=-1) * torch.nn.functional.silu(z)
+            ),
+            "not of their sum",
+        ),
+        (lambda o, z, w, e: o / rms(o, e) * torch.nn.functional.silu(z), "learned weight"),
+        (lambda o, z, w, e: 1.01 * gated_norm_by_rows(o, z, w, e), "normalised output at index"),
+    ],
+)
+def test_gated_rms_norm_check_names_the_usual_mistakes(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        checks.check_gated_rms_norm(wrong)
+
+
+def test_chapter_16_layer_checks_wait_for_their_answers(capsys):
+    def stub(*args):
+        raise NotImplementedError
+
+    for check in (checks.check_short_convolution, checks.check_gated_rms_norm):
+        assert check(stub) is None
+        assert "Not yet answered" in capsys.readouterr().out

@@ -81,7 +81,12 @@ from .ch15_multi_head_latent_attention import (
 )
 
 # chapter 16: Linear attention and the gated delta rule
-from .ch16_linear_attention import check_gated_delta_step, check_linear_recurrence
+from .ch16_linear_attention import (
+    check_gated_delta_step,
+    check_gated_rms_norm,
+    check_linear_recurrence,
+    check_short_convolution,
+)
 
 # chapter 17: Sparse and hybrid attention in the models of 2025
 from .ch17_sparse_and_hybrid_attention import (

@@ -226,3 +226,184 @@ def check_gated_delta_step(fn, seed=0):
                     raise CheckFailed(f"case '{case}': {hint}")
         compare(got, expected, case, "new state", atol=1e-5)
     passed("your gated delta-rule step", len(cases))
+
+
+def _convolution_reference(x, weight, held, mistake=None):
+    """float64 SiLU of the causal depthwise convolution of x (L, C) with weight (C, w), continuing
+    held (w - 1, C) -> (outputs (L, C), the last w - 1 inputs (w - 1, C)); or a typical mistake."""
+    x, weight, held = x.double(), weight.double(), held.double()
+    if mistake == "zeros":
+        held = torch.zeros_like(held)
+    if mistake == "flipped":
+        weight = weight.flip(1)
+    size = weight.shape[1]
+    window = torch.cat([held, x])  # (w - 1 + L, C): inputs t - w + 1 .. t for output t
+    summed = torch.stack([(weight.T * window[t : t + size]).sum(0) for t in range(len(x))]).reshape(
+        len(x), -1
+    )
+    out = summed if mistake == "no silu" else torch.nn.functional.silu(summed)
+    return out, window[len(window) - (size - 1) :]
+
+
+_CONVOLUTION_MISTAKES = (
+    (
+        "zeros",
+        "your first outputs ignore the held inputs: the cache carries the last w - 1 inputs of "
+        "the previous tokens, and output t reads them where t - w + 1 < 0 (zeros only at the "
+        "very start)",
+    ),
+    (
+        "flipped",
+        "your taps are reversed: weight[:, w - 1] multiplies the newest input (x_t), weight[:, 0] "
+        "the oldest (PyTorch's conv1d slides the filter without flipping it)",
+    ),
+    ("no silu", "SiLU is missing: the layer applies SiLU to the convolution's output"),
+)
+
+
+def _convolution_cases(seed):
+    """(case, x (L, C), weight (C, w), held (w - 1, C))."""
+    sizes = [
+        ("5 tokens, 3 channels, 4 taps", 5, 3, 4),
+        ("1 token (decoding), 4 channels, 4 taps", 1, 4, 4),
+        ("2 tokens, fewer than the 3 held, 2 channels", 2, 2, 4),
+        ("7 tokens, 2 taps", 7, 3, 2),
+    ]
+    if seed:
+        numbers = zip(*(integers(seed, 4, low, 8, 240 + k) for k, low in enumerate((1, 1, 2))))
+        sizes = [
+            (f"random case {m}: {n} tokens, {c} channels, {k} taps", n, c, k)
+            for m, (n, c, k) in enumerate(numbers)
+        ]
+        sizes.append(("random short case: 1 token, 5 taps", 1, 3, 5))
+    for number, (case, n, channels, size) in enumerate(sizes):
+        yield (
+            case,
+            random((n, channels), seed, 250 + 3 * number),
+            random((channels, size), seed, 251 + 3 * number),
+            random((size - 1, channels), seed, 252 + 3 * number),
+        )
+
+
+def _close(got, wrong):
+    return (
+        isinstance(got, torch.Tensor)
+        and got.shape == wrong.shape
+        and torch.allclose(got.detach().cpu().double(), wrong, atol=1e-5)
+    )
+
+
+@self_check
+def check_short_convolution(fn, seed=0):
+    """Check fn(x (L, C), weight (C, w), held (w - 1, C)) -> (outputs (L, C), held (w - 1, C)):
+    the short causal depthwise convolution of Gated DeltaNet, output t = SiLU(sum_i weight[:, i]
+    * p_(t - w + 1 + i)) over the inputs p = [held; x], and the last w - 1 inputs, the cache for
+    the next call. Chapter 16, exercise 3."""
+    cases = list(_convolution_cases(seed))
+    for case, x, weight, held in cases:
+        expected, expected_held = _convolution_reference(x, weight, held)
+        got = run(fn, (x.clone(), weight.clone(), held.clone()), case)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise CheckFailed(
+                f"case '{case}': return two tensors, (outputs (L, C), held (w - 1, C)), "
+                f"got {type(got).__name__}"
+            )
+        out, new_held = got
+        if len(x) > 1 and isinstance(out, torch.Tensor) and out.shape == expected.shape:
+            changed = x.clone()
+            changed[-1] += 1.0  # the last token changed: no earlier output may move
+            again = run(fn, (changed, weight.clone(), held.clone()), case)[0]
+            if not torch.allclose(
+                again[:-1].detach().cpu().double(), out[:-1].detach().cpu().double(), atol=1e-9
+            ):
+                raise CheckFailed(
+                    f"case '{case}': your convolution is not causal: changing the last token "
+                    "changed earlier outputs; output t may read inputs t - w + 1 .. t only "
+                    "(pad on the left, with the held inputs, never on the right)"
+                )
+        for mistake, hint in _CONVOLUTION_MISTAKES:
+            wrong = _convolution_reference(x, weight, held, mistake)[0]
+            if _close(out, wrong) and not torch.allclose(wrong, expected, atol=1e-5):
+                raise CheckFailed(f"case '{case}': {hint}")
+        compare(out, expected, case, "outputs", atol=1e-5)
+        if _close(new_held, held.double()) and not torch.allclose(held.double(), expected_held):
+            raise CheckFailed(
+                f"case '{case}': the held inputs you return are the old ones: return the "
+                "last w - 1 inputs of [held; x], the next call's left context"
+            )
+        compare(new_held, expected_held, case, "held inputs", atol=1e-12)
+    passed("your short causal convolution and its cache", len(cases))
+
+
+def _gated_norm_reference(out, gate, weight, eps, mistake=None):
+    """float64 gated RMSNorm: weight * out / sqrt(mean(out^2) + eps) * SiLU(gate); or a mistake."""
+    out, gate, weight = out.double(), gate.double(), weight.double()
+    if mistake == "gate first":  # normalise the gated output (norm after the gate)
+        out = out * torch.nn.functional.silu(gate)
+    rms = torch.sqrt((out * out).mean(-1, keepdim=True) + eps)
+    if mistake == "l2":
+        rms = torch.sqrt((out * out).sum(-1, keepdim=True) + eps)
+    normed = weight * out / rms
+    if mistake in ("no gate", "gate first"):
+        return normed
+    if mistake == "sigmoid":
+        return normed * torch.sigmoid(gate)
+    if mistake == "no weight":
+        return out / rms * torch.nn.functional.silu(gate)
+    return normed * torch.nn.functional.silu(gate)
+
+
+_GATED_NORM_MISTAKES = (
+    (
+        "no gate",
+        "the output gate is forgotten: multiply the normalised output by SiLU(z), the gate",
+    ),
+    (
+        "gate first",
+        "you normalised the gated output: Gated DeltaNet normalises first, then multiplies by "
+        "SiLU(z) (RMSNorm(o) * SiLU(z), norm before gate)",
+    ),
+    ("sigmoid", "the gate is SiLU(z) = z sigmoid(z), not sigmoid(z)"),
+    ("l2", "divide by the root of the mean of the squares over d_v, not of their sum"),
+    ("no weight", "the norm's learned weight (one per channel) is missing"),
+)
+
+
+def _gated_norm_cases(seed):
+    """(case, out (n, d_v), gate (n, d_v), weight (d_v,), eps)."""
+    sizes = [
+        ("3 tokens, d_v 4", 3, 4, 1e-6),
+        ("1 token, d_v 6", 1, 6, 1e-6),
+        ("eps 0.5", 4, 2, 0.5),
+    ]
+    if seed:
+        numbers = zip(*(integers(seed, 3, 1, 8, 260 + k) for k in range(2)))
+        sizes = [
+            (f"random case {m}: {n} tokens, d_v {d}", n, d, 1e-6)
+            for m, (n, d) in enumerate(numbers)
+        ]
+    for number, (case, n, d_v, eps) in enumerate(sizes):
+        yield (
+            case,
+            random((n, d_v), seed, 270 + 3 * number),
+            random((n, d_v), seed, 271 + 3 * number),
+            1 + 0.3 * random((d_v,), seed, 272 + 3 * number),
+            eps,
+        )
+
+
+@self_check
+def check_gated_rms_norm(fn, seed=0):
+    """Check fn(out (n, d_v), gate (n, d_v), weight (d_v,), eps) -> (n, d_v): Gated DeltaNet's
+    output norm, weight * out / sqrt(mean(out^2) + eps) * SiLU(gate), per token. Chapter 16,
+    exercise 3."""
+    cases = list(_gated_norm_cases(seed))
+    for case, out, gate, weight, eps in cases:
+        expected = _gated_norm_reference(out, gate, weight, eps)
+        got = run(fn, (out.clone(), gate.clone(), weight.clone(), eps), case)
+        for mistake, hint in _GATED_NORM_MISTAKES:
+            wrong = _gated_norm_reference(out, gate, weight, eps, mistake)
+            if _close(got, wrong) and not torch.allclose(wrong, expected, atol=1e-5):
+                raise CheckFailed(f"case '{case}': {hint}")
+        compare(got, expected, case, "normalised output", atol=1e-5)
+    passed("your gated RMSNorm", len(cases))
