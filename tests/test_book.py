@@ -102,6 +102,30 @@ def test_figures_have_captions_and_alt_text(notebook):
     assert figures >= 3
 
 
+# Maths written as plain text: a subscript (q_i, d_model), a maths sign, or a one-letter symbol
+# set to a value ("d = 128"); screen readers read the underscores, the website cannot typeset it.
+PLAIN_MATHS = re.compile(r"\b[A-Za-z]+_[A-Za-z0-9{]|[·√Σ≈πθαΔκ]|(?<![\w.])[a-zA-Z] = \S")
+MATHS_OR_CODE = re.compile(r"\$[^$]+\$|`[^`]+`")
+
+
+def test_captions_write_maths_as_maths(notebook):
+    """A caption's maths is in $...$ (typeset on the website and in the notebooks) and its code
+    names in backticks; the alt text stays plain words."""
+    for cell in code_cells(notebook):
+        caption = cell.metadata.get("mystnb", {}).get("figure", {}).get("caption", "")
+        plain = PLAIN_MATHS.findall(MATHS_OR_CODE.sub("", caption))
+        assert not plain, f"{caption[:60]}...: maths as plain text {plain}"
+
+
+def test_plain_maths_is_found():
+    found = [bool(PLAIN_MATHS.search(MATHS_OR_CODE.sub("", text))) for text in (
+        "the scores q·k_i", "u = (x − x_i)/h", "at d = 128", "d_model = 64", "Σ α_i k_i",
+        "the scores $q \\cdot k_i$", "at $d = 128$", "the first `valid_len` keys",
+        "32 layers x 1 KV head", "(8 layers assumed)",
+    )]  # fmt: skip
+    assert found == [True] * 5 + [False] * 5
+
+
 def test_has_exercises_with_solutions_and_a_self_check(notebook):
     markdown = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
     exercises = re.findall(r"^:::\{exercise\}.*\n:label: (\S+)", markdown, re.M)
