@@ -229,15 +229,15 @@ def check_gated_delta_step(fn, seed=0):
 
 
 def _convolution_reference(x, weight, held, mistake=None):
-    """float64 SiLU of the causal depthwise convolution of x (L, C) with weight (C, w), continuing
-    held (w - 1, C) -> (outputs (L, C), the last w - 1 inputs (w - 1, C)); or a typical mistake."""
+    """float64 SiLU of the causal depthwise convolution of x (n, C) with weight (C, w), continuing
+    held (w - 1, C) -> (outputs (n, C), the last w - 1 inputs (w - 1, C)); or a typical mistake."""
     x, weight, held = x.double(), weight.double(), held.double()
     if mistake == "zeros":
         held = torch.zeros_like(held)
     if mistake == "flipped":
         weight = weight.flip(1)
     size = weight.shape[1]
-    window = torch.cat([held, x])  # (w - 1 + L, C): inputs t - w + 1 .. t for output t
+    window = torch.cat([held, x])  # (w - 1 + n, C): inputs t - w + 1 .. t for output t
     summed = torch.stack([(weight.T * window[t : t + size]).sum(0) for t in range(len(x))]).reshape(
         len(x), -1
     )
@@ -262,7 +262,7 @@ _CONVOLUTION_MISTAKES = (
 
 
 def _convolution_cases(seed):
-    """(case, x (L, C), weight (C, w), held (w - 1, C))."""
+    """(case, x (n, C), weight (C, w), held (w - 1, C))."""
     sizes = [
         ("5 tokens, 3 channels, 4 taps", 5, 3, 4),
         ("1 token (decoding), 4 channels, 4 taps", 1, 4, 4),
@@ -295,17 +295,17 @@ def _close(got, wrong):
 
 @self_check
 def check_short_convolution(fn, seed=0):
-    """Check fn(x (L, C), weight (C, w), held (w - 1, C)) -> (outputs (L, C), held (w - 1, C)):
+    """Check fn(x (n, C), weight (C, w), held (w - 1, C)) -> (outputs (n, C), held (w - 1, C)):
     the short causal depthwise convolution of Gated DeltaNet, output t = SiLU(sum_i weight[:, i]
     * p_(t - w + 1 + i)) over the inputs p = [held; x], and the last w - 1 inputs, the cache for
-    the next call. Chapter 16, exercise 3."""
+    the next call. Chapter 16, exercise 5."""
     cases = list(_convolution_cases(seed))
     for case, x, weight, held in cases:
         expected, expected_held = _convolution_reference(x, weight, held)
         got = run(fn, (x.clone(), weight.clone(), held.clone()), case)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise CheckFailed(
-                f"case '{case}': return two tensors, (outputs (L, C), held (w - 1, C)), "
+                f"case '{case}': return two tensors, (outputs (n, C), held (w - 1, C)), "
                 f"got {type(got).__name__}"
             )
         out, new_held = got
@@ -396,7 +396,7 @@ def _gated_norm_cases(seed):
 def check_gated_rms_norm(fn, seed=0):
     """Check fn(out (n, d_v), gate (n, d_v), weight (d_v,), eps) -> (n, d_v): Gated DeltaNet's
     output norm, weight * out / sqrt(mean(out^2) + eps) * SiLU(gate), per token. Chapter 16,
-    exercise 3."""
+    exercise 5."""
     cases = list(_gated_norm_cases(seed))
     for case, out, gate, weight, eps in cases:
         expected = _gated_norm_reference(out, gate, weight, eps)
