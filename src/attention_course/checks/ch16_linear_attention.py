@@ -395,8 +395,8 @@ def _gated_norm_cases(seed):
 @self_check
 def check_gated_rms_norm(fn, seed=0):
     """Check fn(out (n, d_v), gate (n, d_v), weight (d_v,), eps) -> (n, d_v): Gated DeltaNet's
-    output norm, weight * out / sqrt(mean(out^2) + eps) * SiLU(gate), per token. Chapter 16,
-    exercise 5."""
+    output norm, weight * out / sqrt(mean(out^2) + eps) * SiLU(gate), per token.
+    Chapter 16, exercise 5."""
     cases = list(_gated_norm_cases(seed))
     for case, out, gate, weight, eps in cases:
         expected = _gated_norm_reference(out, gate, weight, eps)
