@@ -220,7 +220,8 @@ class ColabChapter:
     chapter = None
 
     @pytest.fixture(scope="class")
-    def colab_run(self, tmp_path_factory, jupyter_path, local_clone, colab_libraries):
+    @classmethod
+    def colab_run(cls, tmp_path_factory, jupyter_path, local_clone, colab_libraries):
         """The chapter run with the setup cell forced on, pointed at the local clone; its
         setup time written to _build/colab/setup-times/."""
         with pytest.MonkeyPatch.context() as patch:
@@ -228,9 +229,9 @@ class ColabChapter:
             patch.setenv("COURSE_FORCE_SETUP", "1")
             patch.setenv("COURSE_REPO_URL", local_clone.as_uri())
             patch.delenv("COURSE_DATA_DIR", raising=False)
-            result = run_alone(self.chapter, tmp_path_factory, jupyter_path, colab_libraries)
+            result = run_alone(cls.chapter, tmp_path_factory, jupyter_path, colab_libraries)
         colab_runtime.MEASURED.mkdir(parents=True, exist_ok=True)
-        (colab_runtime.MEASURED / f"{self.chapter.stem}.json").write_text(
+        (colab_runtime.MEASURED / f"{cls.chapter.stem}.json").write_text(
             json.dumps(result[4], indent=1)
         )
         return result

@@ -11,6 +11,7 @@ import json
 import pathlib
 import re
 import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -28,8 +29,8 @@ DISTRIBUTION_OF = {
     "transformers": "transformers",
     "gguf": "gguf",
 }
-STANDARD = {"os", "sys", "subprocess", "math", "textwrap", "string", "dataclasses", "copy"}
-STANDARD |= {"concurrent", "importlib", "attention_course"}
+# Python's own modules (`types` came with chapter 15's new section) and the course's package
+STANDARD = set(sys.stdlib_module_names) | {"attention_course"}
 
 
 def release(version):

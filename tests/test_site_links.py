@@ -100,6 +100,7 @@ def test_learner_edition_numbers_and_cites_as_the_website_does(chapter, site):
     assert learner_figures  # the figures of the lecture (those of solutions stay online)
     for caption in learner_figures:
         number, words = re.match(r"\*Figure (\d+\.\d+)\. (\S+ \S+)", caption).groups()
+        words = words.replace("`", "")  # a code name, in backticks in Markdown
         assert any(f.startswith(f"Fig. {number} {words}") for f in figures), (number, words)
     exercises = [
         " ".join(t.get_text().split()) for t in page.select(".exercise > .admonition-title")
