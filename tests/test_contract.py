@@ -51,6 +51,7 @@ from attention_course import (
     tiled,
 )
 from attention_course.pretrained import heads, minilm, smollm2
+from helpers.qwen3_next import small_qwen3_next_config
 
 # ----------------------------------------------------------------------------- kinds of argument
 
@@ -327,20 +328,7 @@ def qwen3_next_deltanet():
     """transformers' Qwen3NextGatedDeltaNet on a small config (2 key heads, 4 value heads)."""
     import transformers
 
-    config = transformers.Qwen3NextConfig(
-        hidden_size=16,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        linear_key_head_dim=4,
-        linear_value_head_dim=3,
-        linear_conv_kernel_dim=3,
-        num_hidden_layers=1,
-        layer_types=["linear_attention"],
-        vocab_size=10,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=4,
-    )
+    config = small_qwen3_next_config(16, key_heads=2, value_heads=4, d_k=4, d_v=3, conv=3)
     return transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextGatedDeltaNet(config, 0)
 
 

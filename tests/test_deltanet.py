@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_course import DeltaNetCache, GatedDeltaNet
+from helpers.qwen3_next import small_qwen3_next_config
 
 transformers = pytest.importorskip("transformers")
 qwen3_next = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
@@ -31,24 +32,8 @@ def max_error(a, b):
 
 
 def qwen_config(value_heads=SIZES["value_heads"], conv=SIZES["conv"]):
-    return transformers.Qwen3NextConfig(
-        hidden_size=SIZES["hidden"],
-        linear_num_key_heads=SIZES["key_heads"],
-        linear_num_value_heads=value_heads,
-        linear_key_head_dim=SIZES["d_k"],
-        linear_value_head_dim=SIZES["d_v"],
-        linear_conv_kernel_dim=conv,
-        num_hidden_layers=1,
-        layer_types=["linear_attention"],
-        vocab_size=10,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=4,
-        intermediate_size=8,
-        num_experts=2,
-        num_experts_per_tok=1,
-        moe_intermediate_size=8,
-        shared_expert_intermediate_size=8,
+    return small_qwen3_next_config(
+        SIZES["hidden"], SIZES["key_heads"], value_heads, SIZES["d_k"], SIZES["d_v"], conv
     )
 
 
