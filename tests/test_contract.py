@@ -1338,9 +1338,17 @@ REGISTRY = {
         },
     ),
     "attention_course.sparse.DeepSeekSparseAttention.forward": Case(
-        lambda: (tiny_sparse_attention(), dict(x=randn(2, 3, 16), absorb=True)),
-        {"x": MATCHED},
+        lambda: (
+            tiny_sparse_attention(),
+            dict(x=randn(2, 3, 16), cache=sparse.IndexedLatentCache(), absorb=True),
+        ),
+        {"x": MATCHED, "cache": optional(INSTANCE)},
         {"absorb": "a flag: any truth value"},
+    ),
+    "attention_course.sparse.IndexedLatentCache": Case(lambda: (sparse.IndexedLatentCache, {}), {}),
+    "attention_course.sparse.IndexedLatentCache.update_indexer": Case(
+        lambda: (sparse.IndexedLatentCache().update_indexer, dict(index_key=randn(1, 3, 4))),
+        {"index_key": FLOAT},
     ),
     "attention_course.sparse.DeepSeekSparseAttention.index_scores": Case(
         lambda: (tiny_sparse_attention().index_scores, dict(x=randn(2, 3, 16))), {"x": MATCHED}

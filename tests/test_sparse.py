@@ -2,8 +2,11 @@
 loop over (t, s, j) built from the formula (float64, 1e-12), its selection against transformers'
 DeepseekV32Indexer with the weights copied in; the whole layer against transformers'
 DeepseekV32Attention (float64, 1e-10, SDPA and eager, the top-k folded into the mask), sparse
-and dense; top_k_mask against a sort; MultiHeadLatentAttention's attn_mask against a brute-force
-MLA; the parameter count at DeepSeek-V3.2's published shape; bad input.
+and dense; decoding token by token through an IndexedLatentCache against transformers'
+DeepseekV32Attention through its DynamicCache (latents, RoPE keys and indexer keys held, and
+outputs: float64, 1e-10) and against the whole sequence; top_k_mask against a sort;
+MultiHeadLatentAttention's attn_mask against a brute-force MLA; the parameter count at
+DeepSeek-V3.2's published shape; bad input.
 
 What is tested, in the symbols of the paper and of transformers:
 
@@ -51,9 +54,12 @@ Results: LightningIndexer.forward(x (batch, L, d), q_latent (batch, L, d_c'), po
 index_scores (batch, L, L), computed and returned in float32 for float16/bfloat16 inputs (as
 transformers does: rounded to bfloat16's 8 significant bits, scores would tie and the selection
 would turn on the rounding), in the input dtype otherwise. top_k_mask(index_scores, k) -> bool,
-True at each row's k largest scores. DeepSeekSparseAttention.forward(x, absorb=False) -> (output
-(batch, L, d), weights (batch, num_heads, L, L), selected (batch, L, L) bool): the causal MLA of
-`attention_course.latent` where query t may attend only to the tokens selected for it. One
+True at each row's k largest scores. DeepSeekSparseAttention.forward(x, cache=None,
+absorb=False) -> (output (batch, L, d), weights (batch, num_heads, L, S), selected (batch, L, S)
+bool): the causal MLA of `attention_course.latent` where query t may attend only to the tokens
+selected for it; with an IndexedLatentCache the S keys are every token cached, whose latent,
+RoPE key and indexer key k_s the cache keeps (kv_rank + rope_dim + index_head_dim numbers a
+token; transformers' DynamicIndexedLayer holds the same). One
 selection serves every head of MLA (DeepSeek-V3.2 runs MLA in its absorbed, MQA-like form, one
 key per token shared by the heads, so a selected token is one latent to read). With k >= L every
 earlier token is selected and the layer is plain MLA.
@@ -62,7 +68,8 @@ Cost per query at context length n, with MLA's n_h heads, latent size d_c (kv_ra
 size d_R (rope_dim): the indexer scores every earlier token, n * H_I * d_I multiply-adds, and
 attention reads k tokens instead of n: O(n * H_I * d_I + k * n_h * (d_c + d_R)) in the absorbed
 form, against O(n * n_h * (d_c + d_R)) for MLA. The indexer is cheap per token (DeepSeek-V3.2:
-H_I * d_I = 8,192 against n_h (d_c + d_R) = 73,728, in 8-bit floats, with no softmax) but still
+H_I * d_I = 8,192 against n_h (2 d_c + d_R) = 139,264 for MLA's scores and weighted sum,
+in 8-bit floats, with no softmax) but still
 quadratic in n over a sequence, with a far smaller constant. This module computes the maths, not
 the savings: the selection is a mask over all n keys (what transformers' eager path does too); a
 sparse kernel (DeepSeek's FlashMLA) gathers the k selected latents instead.
@@ -76,6 +83,7 @@ import torch
 
 from attention_course import (
     DeepSeekSparseAttention,
+    IndexedLatentCache,
     LatentCache,
     LightningIndexer,
     MultiHeadLatentAttention,
@@ -599,6 +607,128 @@ def test_attn_mask_refuses_what_is_not_a_bool_mask_of_the_scores():
         layer(x, attn_mask=torch.ones(2, 2, 5, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match="attn_mask must be a torch.Tensor"):
         layer(x, attn_mask=[[True]])
+
+
+# ------------------------------------------------- decoding through the indexer-key cache
+
+
+def run_ours_in_chunks(layer, x, chunks, absorb=False):
+    """Our layer fed x (batch, SEQ, d) in chunks through one IndexedLatentCache: outputs
+    (batch, SEQ, d), the cache, and each chunk's selection (batch, size, S)."""
+    cache, outputs, selections, start = IndexedLatentCache(), [], [], 0
+    with torch.no_grad():
+        for size in chunks:
+            output, weights, selected = layer(x[:, start : start + size], cache, absorb)
+            assert weights.shape == (x.shape[0], layer.attention.num_heads, size, start + size)
+            outputs.append(output)
+            selections.append(selected)
+            start += size
+    return torch.cat(outputs, dim=1), cache, selections
+
+
+DECODE_CASES = [(name, seed) for name in ("small", "wider", "two index heads") for seed in range(2)]
+
+
+@pytest.mark.parametrize("name, seed", DECODE_CASES, ids=[f"{n}-seed{s}" for n, s in DECODE_CASES])
+def test_decoding_token_by_token_equals_deepseek_v32_attention_through_its_cache(name, seed):
+    """A prefill of 5 tokens, then 7 generated one at a time, through our IndexedLatentCache
+    and through transformers' DynamicCache (its DynamicIndexedLayer keeps the indexer keys):
+    the same latents, RoPE keys and indexer keys held (1e-10), and the same output (1e-10)
+    for every query whose selection is unambiguous."""
+    made = config(**CONFIGS[name])
+    theirs = their_layer(made, seed)
+    ours = course_copy(theirs, made)
+    x = random_input(width=made.hidden_size, seed=200 + seed)
+    chunks = [5] + [1] * 7
+    with rms_norm_in_float64():
+        expected, their_cache = reference.run(theirs, made, x, chunks)
+    output, cache, _ = run_ours_in_chunks(ours, x, chunks)
+    held = their_cache.layers[0]
+    assert type(held).__name__ == "DynamicIndexedLayer"
+    latents, rope_keys = reference.cached(their_cache)
+    torch.testing.assert_close(cache.latents, latents, rtol=0, atol=1e-10)
+    torch.testing.assert_close(cache.rope_keys, rope_keys, rtol=0, atol=1e-10)
+    torch.testing.assert_close(cache.index_keys, held.indexer_keys, rtol=0, atol=1e-10)
+    assert len(cache) == cache.indexed == cache.seen == 12
+    # a query whose k-th and (k+1)-th index scores tie may be given either token
+    with torch.no_grad():
+        clear = clear_rows(ours.index_scores(x), made.index_topk)  # (batch, L)
+    assert clear.double().mean() > 0.75
+    torch.testing.assert_close(output[clear], expected[clear], rtol=0, atol=1e-10)
+    # sparsity matters in the generated tokens: dense MLA through a cache differs
+    with torch.no_grad():
+        dense, _ = ours.attention(x)
+    assert (output[:, 5:] - dense[:, 5:]).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("absorb", [False, True], ids=["explicit", "absorbed"])
+@pytest.mark.parametrize("chunks", [[12], [4, 8], [5, 1, 1, 1, 1, 1, 1, 1], [1] * 12])
+def test_cached_decoding_equals_the_whole_sequence(chunks, absorb):
+    """Brute force: the layer fed in chunks through its cache selects what it selects over
+    the whole sequence, row for row, and gives its output (1e-12); the cache holds
+    (kv_rank + rope_dim + index_head_dim) numbers a token."""
+    made = config(**CONFIGS["wider"])
+    ours = course_copy(their_layer(made, seed=5), made)
+    x = random_input(width=made.hidden_size, seed=6)
+    with torch.no_grad():
+        whole, whole_weights, whole_selected = ours(x, absorb=absorb)
+    output, cache, selections = run_ours_in_chunks(ours, x, chunks, absorb)
+    start = 0
+    for selected in selections:
+        size = selected.shape[1]
+        expected = whole_selected[:, start : start + size, : start + size]
+        assert torch.equal(selected, expected)
+        start += size
+    torch.testing.assert_close(output, whole, rtol=0, atol=1e-12)
+    per_token = made.kv_lora_rank + made.qk_rope_head_dim + made.index_head_dim
+    assert cache.nbytes == 2 * 12 * per_token * 8  # batch 2, 12 tokens, float64
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_cache_keeps_the_layers_dtype_and_device(dtype):
+    """In float32 and bfloat16 the cache holds the input's dtype and device, and decoding
+    through it gives the whole sequence's output to the dtype's rounding, for every query
+    whose selection is unambiguous (the indexer's float32 scores, summed in another order,
+    may break a tie at the k-th place the other way)."""
+    made = config(**CONFIGS["small"])
+    ours = course_copy(their_layer(made, seed=2), made).to(dtype)
+    x = random_input(width=made.hidden_size, seed=3, dtype=dtype)
+    with torch.no_grad():
+        whole, _, _ = ours(x)
+        clear = clear_rows(ours.index_scores(x), made.index_topk, margin=1e-3)
+    output, cache, _ = run_ours_in_chunks(ours, x, [6] + [1] * 6)
+    for held in (cache.latents, cache.rope_keys, cache.index_keys):
+        assert (held.dtype, held.device) == (dtype, x.device)
+    assert output.dtype == dtype
+    tolerance = 1e-5 if dtype == torch.float32 else 5e-2
+    assert clear.double().mean() > 0.75
+    torch.testing.assert_close(
+        output[clear], whole[clear], rtol=0, atol=tolerance * whole.abs().max().item()
+    )
+
+
+def test_an_indexed_cache_refuses_what_does_not_continue_it():
+    layer = DeepSeekSparseAttention(
+        32, 4, kv_rank=8, q_rank=12, top_k=3, index_heads=2, index_head_dim=8
+    )
+    with pytest.raises(TypeError, match="cache must be an IndexedLatentCache or None"):
+        layer(torch.randn(2, 3, 32), LatentCache())
+    cache = IndexedLatentCache()
+    layer(torch.randn(2, 3, 32), cache)
+    before = (cache.latents, cache.rope_keys, cache.index_keys)
+    with pytest.raises(ValueError, match=r"cache holds \(batch, kv_rank, rope_dim, index_head_dim"):
+        layer(torch.randn(1, 1, 32), cache)  # another batch
+    with pytest.raises(ValueError, match=r"x \(2, 1, 32\) is torch.float64"):
+        layer(torch.randn(2, 1, 32, dtype=torch.float64), cache)
+    assert (cache.latents, cache.rope_keys, cache.index_keys) == before  # nothing appended
+    cache.update(torch.randn(2, 1, 8), torch.randn(2, 1, 4))  # latents without index keys
+    with pytest.raises(ValueError, match="cache holds 4 latents but 3 indexer keys"):
+        layer(torch.randn(2, 1, 32), cache)
+    with pytest.raises(ValueError, match=r"index_key \(2, 1, 6\) .* does not match"):
+        cache.update_indexer(torch.randn(2, 1, 6))
+    with pytest.raises(TypeError, match="index_key must be a torch.Tensor"):
+        cache.update_indexer([[0.0]])
+    assert cache.update_indexer(torch.randn(2, 1, 8)).shape == (2, 4, 8)
 
 
 # ------------------------------------------------------------------------------ bad input

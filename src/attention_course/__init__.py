@@ -67,7 +67,12 @@ from .scoring import (
     soft_nearest_neighbours,
 )
 from .sinks import sink_attention, sink_softmax
-from .sparse import DeepSeekSparseAttention, LightningIndexer, top_k_mask
+from .sparse import (
+    DeepSeekSparseAttention,
+    IndexedLatentCache,
+    LightningIndexer,
+    top_k_mask,
+)
 from .tiled import flash_attention
 
 __version__ = "0.1.0"
@@ -84,6 +89,7 @@ __all__ = [
     "MultiHeadAttention",
     "KernelRegression",
     "KVCache",
+    "IndexedLatentCache",
     "LatentCache",
     "LightningIndexer",
     "MultiHeadLatentAttention",

@@ -8,6 +8,9 @@ Notable:
   by its heads; RoPE turns the first rope_dim dimensions of q_ti and k_s (half-split pairing);
 - its scores are float32 for float16/bfloat16 inputs, as in transformers (rounded, they would
   tie and the selection would turn on the rounding);
+- decoding, IndexedLatentCache keeps each token's indexer key beside MLA's latent and RoPE key
+  (transformers' DynamicIndexedLayer): a generated token scores every cached key, then reads
+  the top_k it selects;
 - the selection is a mask over all keys (as transformers' eager path): this module computes the
   maths, not the savings. Symbols, weight names and costs: tests/test_sparse.py, chapter 17.
 """
@@ -30,7 +33,7 @@ from ._shapes import (
     require_number,
     shape_of,
 )
-from .latent import MultiHeadLatentAttention
+from .latent import LatentCache, MultiHeadLatentAttention
 
 
 def _check_indexer_sizes(
@@ -91,20 +94,28 @@ class LightningIndexer(nn.Module):
         """The forward pass of the class docstring. Chapter 17."""
         return self._scores(x, q_latent, self._check(x, q_latent, positions))
 
-    def _scores(self, x, q_latent, positions):
+    def _scores(self, x, q_latent, positions, cache=None):
+        """forward for checked arguments; with a cache (an IndexedLatentCache whose fit the
+        caller checked), x's keys are appended to its indexer keys and every held key is
+        scored: (b, L, S)."""
         batch, length, _ = x.shape
         work = torch.float32 if x.dtype in HALF_PRECISION else x.dtype
         # q_ti: the i-th block of W_IQ c_t; k_s = LayerNorm(W_IK x_s), one for all heads
         queries = self.q_up(q_latent).view(batch, length, self.num_heads, self.head_dim)
         queries = self._rope(queries.transpose(1, 2), positions)  # (b, H_I, L, d_I)
         keys = self._rope(self.k_norm(self.k_proj(x)), positions)  # (b, L, d_I)
+        key_positions = positions
+        if cache is not None:
+            # the cache keeps k_s, d_I numbers a token; score every key it holds
+            keys = cache._append_index(keys)  # (b, S, d_I)
+            key_positions = torch.arange(keys.shape[1], device=x.device)
         # ReLU(q_ti . k_s / sqrt(d_I))
         dots = queries.to(work) @ keys.to(work)[:, None].transpose(-2, -1)  # (b, H_I, L, L)
         votes = (dots * self.scale).relu_()
         # eta_ti = (W_w x_t)_i / sqrt(H_I); I_ts = sum_i eta_ti votes_its
         weights = self.head_weights(x).to(work) / math.sqrt(self.num_heads)  # (b, L, H_I)
         scores = torch.einsum("bth,bhts->bts", weights, votes)  # (b, L, L)
-        causal = _kernels.allowed_by_position(positions, positions)  # (L, L)
+        causal = _kernels.allowed_by_position(positions, key_positions)  # (L, S)
         return scores.masked_fill(~causal, -math.inf)
 
     def _rope(self, x, positions):
@@ -202,6 +213,61 @@ def _top_k(index_scores, k):
     return chosen.scatter_(-1, top, True) & (ranked > -math.inf)
 
 
+class IndexedLatentCache(LatentCache):
+    """One DSA layer's cache: MLA's (a LatentCache: per token its latent and its RoPE key) and,
+    beside it, the lightning indexer's key k_s of each token (index_head_dim numbers, shared by
+    the indexer's heads), as transformers' DynamicIndexedLayer keeps them.
+
+    update_indexer(index_key (batch, t, index_head_dim)) appends indexer keys and returns all
+    held, (batch, held + t, index_head_dim); `index_keys` holds them (None while empty). update,
+    `len(cache)`, `seen` and `key_positions` are LatentCache's (its latents); `nbytes` counts
+    the latents, RoPE keys and indexer keys. DeepSeekSparseAttention.forward(x, cache) fills
+    both parts. Chapter 17.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.index_keys = None
+
+    @property
+    def indexed(self):
+        """The number of indexer keys held. Chapter 17."""
+        return 0 if self.index_keys is None else self.index_keys.shape[1]
+
+    @property
+    def nbytes(self):
+        held = super().nbytes
+        if self.index_keys is not None:
+            held += self.index_keys.numel() * self.index_keys.element_size()
+        return held
+
+    def update_indexer(self, index_key):
+        """Append index_key (batch, t, index_head_dim); return every indexer key held,
+        (batch, S, index_head_dim). Chapter 17."""
+        require_float("index_key", index_key, 3)
+        held = self.index_keys
+        if held is not None and (
+            index_key.shape[0] != held.shape[0]
+            or index_key.shape[2] != held.shape[2]
+            or index_key.dtype != held.dtype
+            or index_key.device != held.device
+        ):
+            raise ValueError(
+                f"index_key {shape_of(index_key)} ({index_key.dtype}, {index_key.device}) "
+                f"does not match the cache's indexer keys {shape_of(held)} ({held.dtype}, "
+                f"{held.device}): batch, index_head_dim, dtype and device must stay"
+            )
+        return self._append_index(index_key)
+
+    def _append_index(self, index_key):
+        """update_indexer for keys the caller's layer made (and so trusts)."""
+        if self.index_keys is None:
+            self.index_keys = index_key
+        else:
+            self.index_keys = torch.cat([self.index_keys, index_key], dim=1)
+        return self.index_keys
+
+
 class DeepSeekSparseAttention(nn.Module):
     """DeepSeek Sparse Attention (DeepSeek-AI 2025, DeepSeek-V3.2): MLA (`.attention`, a
     MultiHeadLatentAttention) where each query attends only to the top_k earlier tokens that a
@@ -209,10 +275,13 @@ class DeepSeekSparseAttention(nn.Module):
     MultiHeadLatentAttention's (q_rank required: the indexer reads c_t), top_k (index_topk),
     index_heads H_I and index_head_dim d_I; the indexer takes MLA's rope_dim and base.
 
-    forward(x (batch, L, embed_dim), absorb=False) -> (output (batch, L, embed_dim), weights
-    (batch, num_heads, L, L), selected (batch, L, L) bool), causal, a whole sequence at a time
-    (no cache). One selection serves every head. With top_k >= L it is plain MLA. Equal to
-    transformers' DeepseekV32Attention with the same weights (`from_deepseek`). Chapter 17.
+    forward(x (batch, L, embed_dim), cache=None, absorb=False) -> (output (batch, L,
+    embed_dim), weights (batch, num_heads, L, S), selected (batch, L, S) bool), causal. With a
+    cache (an IndexedLatentCache) x's tokens continue the cached ones: the cache keeps their
+    latents, RoPE keys and indexer keys, and the S keys are all it holds then; without, S = L.
+    One selection serves every head. With top_k >= S it is plain MLA. Equal to transformers'
+    DeepseekV32Attention with the same weights (`from_deepseek`), through its cache too.
+    Chapter 17.
     """
 
     def __init__(
@@ -264,15 +333,50 @@ class DeepSeekSparseAttention(nn.Module):
         q_latent = mla.q_norm(mla.q_down(x))  # c_t: (b, L, d_c')
         return self.indexer._scores(x, q_latent, positions)  # (b, L, L)
 
-    def forward(self, x, absorb=False):
+    def forward(self, x, cache=None, absorb=False):
         """The forward pass of the class docstring. Chapter 17."""
         check_sequence("x", x, self.attention.embed_dim, self.attention.kv_down.weight.dtype)
-        positions = torch.arange(x.shape[1], device=x.device)
-        # each query keeps the top_k keys the indexer scores highest
-        selected = _top_k(self._index_scores(x, positions), self.top_k)  # (b, L, L)
-        # MLA, causal AND selected, one selection for every head (x checked above)
-        output, weights = self.attention._attend(x, positions, None, absorb, selected[:, None])
+        if cache is None:
+            positions = torch.arange(x.shape[1], device=x.device)
+        else:
+            self._check_cache(cache, x)
+            positions = torch.arange(cache.seen, cache.seen + x.shape[1], device=x.device)
+        # each query keeps the top_k keys the indexer scores highest (with a cache: of all
+        # the keys it holds, x's appended)
+        mla = self.attention
+        q_latent = mla.q_norm(mla.q_down(x))  # c_t: (b, L, d_c')
+        scores = self.indexer._scores(x, q_latent, positions, cache)  # (b, L, S)
+        selected = _top_k(scores, self.top_k)  # (b, L, S)
+        # MLA, causal AND selected, one selection for every head (x checked above); the
+        # cache appends x's latents and RoPE keys
+        output, weights = mla._attend(x, positions, cache, absorb, selected[:, None])
         return output, weights, selected
+
+    def _check_cache(self, cache, x):
+        """Raise unless cache is an IndexedLatentCache that x's latents and indexer keys can
+        continue (checked before either part grows)."""
+        require_instance("cache", cache, IndexedLatentCache, "an IndexedLatentCache or None")
+        if cache.indexed != len(cache):
+            raise ValueError(
+                f"cache holds {len(cache)} latents but {cache.indexed} indexer keys: fill "
+                "it through DeepSeekSparseAttention.forward only"
+            )
+        if cache.latents is None:
+            return
+        mla, held = self.attention, cache.latents
+        expected = (x.shape[0], mla.kv_rank, mla.rope_dim, self.indexer.head_dim, x.dtype)
+        found = (
+            held.shape[0],
+            held.shape[2],
+            cache.rope_keys.shape[2],
+            cache.index_keys.shape[2],
+            held.dtype,
+        )
+        if expected != found or held.device != x.device:
+            raise ValueError(
+                f"cache holds (batch, kv_rank, rope_dim, index_head_dim, dtype) = {found} on "
+                f"{held.device}; x {shape_of(x)} and this layer need {expected} on {x.device}"
+            )
 
     @classmethod
     def from_deepseek(

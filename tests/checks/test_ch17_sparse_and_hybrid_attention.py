@@ -1,4 +1,5 @@
-"""The checks of chapter 17's exercises (sinks, hybrid caches, causal top-k): independent correct
+"""The checks of chapter 17's exercises (sinks, hybrid caches, causal top-k, the indexer's
+decoding step): independent correct
 answers pass, on the visible and the hidden seeds; typical wrong answers fail with a hint that
 names the mistake."""
 
@@ -260,6 +261,102 @@ def test_causal_top_k_check_names_the_usual_mistakes(wrong, hint):
         checks.check_causal_top_k(wrong)
 
 
+def index_step_by_sorting(queries, eta, new_key, cached_keys, k):
+    """Written as a learner might: the scores by einsum, the keys sorted by score."""
+    keys = torch.cat([cached_keys, new_key[None]], dim=0)
+    dots = torch.einsum("hd,sd->hs", queries, keys) / queries.shape[1] ** 0.5
+    scores = (eta[:, None] * torch.clamp(dots, min=0)).sum(0)
+    chosen = torch.zeros(keys.shape[0], dtype=torch.bool)
+    chosen[scores.argsort(descending=True)[:k]] = True
+    return keys, chosen
+
+
+def index_step_by_rank(queries, eta, new_key, cached_keys, k):
+    """Key by key in Python, chosen when fewer than k keys rank above it (a higher score, or
+    the same score at an earlier position: ties at 0, where every ReLU is 0, happen)."""
+    keys = list(cached_keys) + [new_key]
+    scores = [
+        sum(e * max(float(q @ key) / len(q) ** 0.5, 0.0) for q, e in zip(queries, eta))
+        for key in keys
+    ]
+    chosen = [
+        sum(o > score or (o == score and j < s) for j, o in enumerate(scores)) < k
+        for s, score in enumerate(scores)
+    ]
+    return torch.stack(keys), torch.tensor(chosen)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("answer", [index_step_by_sorting, index_step_by_rank])
+def test_index_decode_step_check_passes_independent_answers(answer, seed, capsys):
+    checks.check_index_decode_step(answer, seed=seed)
+    assert capsys.readouterr().out.startswith("Correct")
+
+
+def index_step_with(scores_of, keys_of=None, kept=lambda k, n: min(k, n)):
+    """A decoding step with choices: the scores from (queries, eta, keys), the keys held."""
+
+    def answer(queries, eta, new_key, cached_keys, k):
+        keys = (
+            torch.cat([cached_keys, new_key[None]])
+            if keys_of is None
+            else keys_of(cached_keys, new_key)
+        )
+        scores = scores_of(queries, eta, keys)
+        chosen = torch.zeros(keys.shape[0], dtype=torch.bool)
+        chosen[scores.topk(kept(k, keys.shape[0])).indices] = True
+        return keys, chosen
+
+    return answer
+
+
+def right_scores(queries, eta, keys):
+    return eta @ (queries @ keys.T / queries.shape[1] ** 0.5).relu()
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (index_step_with(right_scores, keys_of=lambda c, n: c), "append new_key as the last"),
+        (
+            index_step_with(right_scores, keys_of=lambda c, n: torch.cat([n[None], c])),
+            "your first key is the new token's",
+        ),
+        (
+            index_step_with(lambda q, e, keys: e @ (q @ keys.T)),
+            "without the ReLU",
+        ),
+        (
+            index_step_with(lambda q, e, keys: (q @ keys.T).relu().sum(0)),
+            "weight head i's ReLU by its eta_i",
+        ),
+        (index_step_with(lambda q, e, keys: -right_scores(q, e, keys)), "lowest scores"),
+        (index_step_with(right_scores, kept=lambda k, n: min(k + 1, n)), r"expected min\(k"),
+        (
+            lambda q, e, n, c, k: index_step_with(right_scores)(q, e, n, c, k)[1],
+            "expected a pair",
+        ),
+        (
+            lambda q, e, n, c, k: (
+                index_step_with(right_scores)(q, e, n, c, k)[0],
+                index_step_with(right_scores)(q, e, n, c, k)[1].float(),
+            ),
+            "not a bool tensor",
+        ),
+        (
+            lambda q, e, n, c, k: (
+                torch.cat([c, n[None]]),
+                attention_course.top_k_mask(right_scores(q, e, torch.cat([c, n[None]])), k),
+            ),
+            "calls `top_k_mask`",
+        ),
+    ],
+)
+def test_index_decode_step_check_names_the_usual_mistakes(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        checks.check_index_decode_step(wrong)
+
+
 def test_the_chapter_17_stubs_wait_for_their_answers(capsys):
     def stub(*args):
         raise NotImplementedError
@@ -268,6 +365,7 @@ def test_the_chapter_17_stubs_wait_for_their_answers(capsys):
         checks.check_sink_softmax,
         checks.check_hybrid_cache_bytes,
         checks.check_causal_top_k,
+        checks.check_index_decode_step,
     ):
         assert check(stub) is None
         assert "Not yet answered" in capsys.readouterr().out

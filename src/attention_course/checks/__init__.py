@@ -92,6 +92,7 @@ from .ch16_linear_attention import (
 from .ch17_sparse_and_hybrid_attention import (
     check_causal_top_k,
     check_hybrid_cache_bytes,
+    check_index_decode_step,
     check_sink_softmax,
 )
 from .core import CheckFailed, NotAnswered, check_attention_weights, weights_problem

@@ -1,5 +1,6 @@
 """Checks of chapter 17's exercises: the softmax with a learned sink, the cache of a hybrid of
-full and sliding-window layers, and the causal top-k selection of sparse attention."""
+full and sliding-window layers, the causal top-k selection of sparse attention, and one
+decoding step of DSA's indexer with its key cache."""
 
 import torch
 
@@ -419,3 +420,140 @@ def check_causal_top_k(fn, seed=0):
             f"{wanted}" + (f": {hint}" if hint else "")
         )
     passed("your causal top-k selection", len(cases))
+
+
+def _index_step_reference(queries, eta, new_key, cached_keys):
+    """float64 by loops: the keys held after the step (S + 1, d_I) and the index score
+    I_s = sum_i eta_i ReLU(q_i . k_s / sqrt(d_I)) of each, (S + 1,)."""
+    keys = torch.cat([cached_keys.double(), new_key.double()[None]])
+    heads, dim = queries.shape
+    scores = torch.zeros(keys.shape[0], dtype=torch.float64)
+    for s in range(keys.shape[0]):
+        for i in range(heads):
+            dot = sum(queries[i, c].double() * keys[s, c] for c in range(dim))
+            scores[s] += eta[i].double() * max(dot / dim**0.5, 0.0)
+    return keys, scores
+
+
+def _index_step_cases(seed):
+    """(case, queries (H_I, d_I), eta (H_I,), new_key (d_I,), cached_keys (S, d_I), k)."""
+    sizes = [
+        ("4 heads of 8, 10 cached keys, k = 4", 4, 8, 10, 4),
+        ("2 heads of 6, 3 cached keys, k = 5: every key chosen", 2, 6, 3, 5),
+        ("an empty cache: the new token is the only key", 3, 4, 0, 2),
+        ("1 head of 16, 20 cached keys, k = 1", 1, 16, 20, 1),
+        ("8 heads of 4, 15 cached keys, k = 6", 8, 4, 15, 6),
+    ]
+    if seed:
+        heads, dims = integers(seed, 5, 1, 9, 300), integers(seed, 5, 2, 17, 301)
+        held, top = integers(seed, 5, 0, 21, 302), integers(seed, 5, 1, 9, 303)
+        sizes = [
+            (f"random case {n}: H_I = {h}, d_I = {d}, S = {s}, k = {k}", h, d, s, k)
+            for n, (h, d, s, k) in enumerate(zip(heads, dims, held, top))
+        ]
+    for n, (case, heads, dim, held, k) in enumerate(sizes):
+        yield (
+            case,
+            random((heads, dim), seed, 310 + 4 * n),
+            random((heads,), seed, 311 + 4 * n),
+            random((dim,), seed, 312 + 4 * n),
+            random((held, dim), seed, 313 + 4 * n),
+            k,
+        )
+
+
+def _index_step_hint(chosen, queries, eta, keys, k):
+    """Why a wrong selection (S + 1,) is wrong, when it is a typical mistake; else None."""
+    dots = queries.double() @ keys.T / queries.shape[1] ** 0.5  # (H_I, S + 1)
+    kept = min(k, keys.shape[0])
+    for scores, hint in (
+        (
+            eta.double() @ dots,
+            "you summed eta_i (q_i . k_s) without the ReLU: a head whose query points "
+            "away from a key gives 0, not a negative vote (ReLU before weighting)",
+        ),
+        (
+            dots.relu().sum(0),
+            "your heads all count 1: weight head i's ReLU by its eta_i (which may be negative)",
+        ),
+        (
+            (eta.double() @ dots.relu()) * -1,
+            "you chose the lowest scores: keep the k largest",
+        ),
+    ):
+        top = torch.zeros(keys.shape[0], dtype=torch.bool)
+        top[scores.topk(kept).indices] = True
+        if torch.equal(chosen, top):
+            return hint
+    return None
+
+
+@self_check
+def check_index_decode_step(fn, seed=0):
+    """Check fn(queries (H_I, d_I), eta (H_I,), new_key (d_I,), cached_keys (S, d_I), k) ->
+    (keys (S + 1, d_I), chosen (S + 1,) bool): the indexer's keys with the new token's
+    appended, and True at the min(k, S + 1) keys of largest I_s = sum_i eta_i ReLU(q_i . k_s /
+    sqrt(d_I)); a tie at the k-th place may be broken either way. Chapter 17, exercise 5."""
+    cases = list(_index_step_cases(seed))
+    for case, queries, eta, new_key, cached_keys, k in cases:
+        expected_keys, scores = _index_step_reference(queries, eta, new_key, cached_keys)
+        got = run(
+            fn,
+            (queries.clone(), eta.clone(), new_key.clone(), cached_keys.clone(), k),
+            case,
+            forbidden=(sparse.top_k_mask,),
+        )
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise CheckFailed(
+                f"case '{case}': your function returned {type(got).__name__}, expected "
+                "a pair (keys (S + 1, d_I), chosen (S + 1,) bool)"
+            )
+        keys, chosen = got
+        if isinstance(keys, torch.Tensor) and keys.shape == cached_keys.shape:
+            raise CheckFailed(
+                f"case '{case}': your keys have shape {tuple(keys.shape)}, the cache's: "
+                "append new_key as the last row before scoring (the new token is a key "
+                "its own query may choose)"
+            )
+        if (
+            isinstance(keys, torch.Tensor)
+            and keys.shape == expected_keys.shape
+            and cached_keys.shape[0]
+            and torch.allclose(keys[0].double(), new_key.double())
+        ):
+            raise CheckFailed(
+                f"case '{case}': your first key is the new token's: append it as the "
+                "last row, at position S, after the cached keys"
+            )
+        compare(keys, expected_keys, case, "keys", atol=1e-6)
+        length = expected_keys.shape[0]
+        if not isinstance(chosen, torch.Tensor) or chosen.dtype != torch.bool:
+            raise CheckFailed(
+                f"case '{case}': your chosen is not a bool tensor: return True at the "
+                "keys chosen, a mask of shape (S + 1,)"
+            )
+        if chosen.shape != (length,):
+            hint = (
+                ": the new token's own key is scored too" if chosen.shape == (length - 1,) else ""
+            )
+            raise CheckFailed(
+                f"case '{case}': your chosen has shape {tuple(chosen.shape)}, expected "
+                f"({length},) = (S + 1,){hint}"
+            )
+        chosen = chosen.detach().cpu()
+        kept = min(k, length)
+        if int(chosen.sum()) != kept:
+            raise CheckFailed(
+                f"case '{case}': you chose {int(chosen.sum())} keys, expected min(k, S + 1)"
+                f" = {kept}"
+            )
+        best = scores.sort(descending=True).values[:kept]
+        if torch.allclose(scores[chosen].sort(descending=True).values, best, atol=1e-9):
+            continue
+        hint = _index_step_hint(chosen, queries, eta, expected_keys, k)
+        raise CheckFailed(
+            f"case '{case}': you chose keys {chosen.nonzero().flatten().tolist()}, expected "
+            f"{scores.topk(kept).indices.sort().values.tolist()} (the largest I_s)"
+            + (f": {hint}" if hint else "")
+        )
+    passed("your indexer's decoding step", len(cases))
