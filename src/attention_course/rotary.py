@@ -79,20 +79,20 @@ def _rope_type(scaling):
     return scaling.get("rope_type", scaling.get("type"))
 
 
-def _check_scaling(scaling, base=None, context=None, frequencies=True):
+def _check_scaling(scaling, base=None, context=None, frequencies=True, name="scaling"):
     """None, or a mapping like a config's rope_parameters -> a dict; a
     "dynamic" one gets its C from context when it has none (needed only
-    for its frequencies)."""
+    for its frequencies). name: the argument's name in messages."""
     if context is not None:
         require_int("context", context, 1)
     if scaling is None:
         return None
-    require_instance("scaling", scaling, Mapping, "a dict (a config's rope_parameters) or None")
+    require_instance(name, scaling, Mapping, "a dict (a config's rope_parameters) or None")
     scaling = dict(scaling)
     kind = _rope_type(scaling)
     if kind not in _SCALING_KEYS:
         raise ValueError(
-            f"scaling['rope_type'] must be one of {sorted(_SCALING_KEYS)}, got {kind!r}"
+            f"{name}['rope_type'] must be one of {sorted(_SCALING_KEYS)}, got {kind!r}"
         )
     required, optional = _SCALING_KEYS[kind]
     known = {"rope_type", "type", "rope_theta", *required, *optional}
@@ -100,39 +100,39 @@ def _check_scaling(scaling, base=None, context=None, frequencies=True):
     missing = [key for key in required if scaling.get(key) is None]
     if unknown or missing:
         raise ValueError(
-            f"scaling of rope_type {kind!r} needs {list(required)}"
+            f"{name} of rope_type {kind!r} needs {list(required)}"
             f" and may hold {sorted(known - set(required))}; "
             f"missing {missing}, unknown {unknown}"
         )
-    _check_scaling_values(scaling)
+    _check_scaling_values(scaling, name)
     theta = scaling.get("rope_theta")
     if base is not None and theta is not None and theta != base:
-        raise ValueError(f"scaling['rope_theta'] = {theta!r} disagrees with base = {base!r}")
+        raise ValueError(f"{name}['rope_theta'] = {theta!r} disagrees with base = {base!r}")
     if kind == "dynamic" and frequencies:
-        _dynamic_context(scaling, context)
+        _dynamic_context(scaling, context, name)
     return scaling
 
 
-def _dynamic_context(scaling, context):
+def _dynamic_context(scaling, context, name="scaling"):
     """Put C into a "dynamic" dict: its own key, else context (transformers
     takes the config's max_position_embeddings)."""
     key = "original_max_position_embeddings"
     own = scaling.get(key)
     if own is None and context is None:
         raise ValueError(
-            "scaling of rope_type 'dynamic' needs C, the context it stretches: pass "
-            "context= (the config's max_position_embeddings, as transformers uses) "
-            f"or scaling['{key}']"
+            f"{name} of rope_type 'dynamic' needs C, the context it stretches: pass "
+            "context= (the config's max_position_embeddings, as transformers uses; "
+            f"a DecoderConfig's context_length) or {name}['{key}']"
         )
     if own is not None and context is not None and own != context:
-        raise ValueError(f"context = {context!r} disagrees with scaling['{key}'] = {own!r}")
+        raise ValueError(f"context = {context!r} disagrees with {name}['{key}'] = {own!r}")
     scaling[key] = own if own is not None else context
 
 
-def _check_scaling_values(scaling):
+def _check_scaling_values(scaling, name="scaling"):
     def number(key, minimum=None, strict=False):
         if scaling.get(key) is not None:
-            require_number(f"scaling['{key}']", scaling[key], minimum, strict=strict)
+            require_number(f"{name}['{key}']", scaling[key], minimum, strict=strict)
 
     number("factor", 1)
     number("attention_factor", 0, strict=True)
@@ -147,21 +147,21 @@ def _check_scaling_values(scaling):
             and scaling[low] >= scaling[high]
         ):
             raise ValueError(
-                f"scaling['{low}'] = {scaling[low]!r} must be "
-                f"below scaling['{high}'] = {scaling[high]!r}"
+                f"{name}['{low}'] = {scaling[low]!r} must be "
+                f"below {name}['{high}'] = {scaling[high]!r}"
             )
     if "original_max_position_embeddings" in scaling:
         require_int(
-            "scaling['original_max_position_embeddings']",
+            f"{name}['original_max_position_embeddings']",
             scaling["original_max_position_embeddings"],
             1,
         )
     if "truncate" in scaling:
-        require_instance("scaling['truncate']", scaling["truncate"], bool)
+        require_instance(f"{name}['truncate']", scaling["truncate"], bool)
     mscale, all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
     if mscale and all_dim and _yarn_mscale(scaling["factor"], all_dim) == 0:
         raise ValueError(
-            f"scaling['mscale_all_dim'] = {all_dim!r} makes YaRN's attention "
+            f"{name}['mscale_all_dim'] = {all_dim!r} makes YaRN's attention "
             f"factor 0.1 * {all_dim!r} * ln(factor) + 1 zero at factor = "
             f"{scaling['factor']!r}: the attention factor divides by it"
         )
@@ -259,10 +259,16 @@ def apply_rotary(x, positions=None, base=10000.0, *, scaling=None, context=None)
         raise ValueError(f"x {shape_of(x)} must be (..., seq, head_dim) with an even head_dim")
     positions = check_positions(positions, x.shape[-2], x.device)
     require_number("base", base, 1, strict=True)
-    scaling = _check_scaling(scaling, base, context)
+    return _rotate(x, positions, base, _check_scaling(scaling, base, context))
+
+
+def _rotate(x, positions, base, scaling):
+    """apply_rotary on checked arguments (a checked scaling dict or None);
+    also every layer of a TinyDecoder (chapters 11, 14)."""
     if scaling is None:
         return _kernels.rotate(x, positions, base)
-    # rescaled frequencies (in the angles' dtype) and YaRN's factor
+    # rescaled frequencies (in the angles' dtype) and YaRN's factor; the
+    # length of "dynamic" is max(positions) + 1, as transformers takes it
     wide, _ = _kernels.compute_dtypes(x)
     length = None
     if _rope_type(scaling) == "dynamic" and positions.numel():
