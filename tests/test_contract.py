@@ -786,8 +786,8 @@ REGISTRY = {
         {"window": optional(COUNT), "sinks": COUNT_OR_ZERO},
     ),
     "attention_course.decoding.TinyDecoder.rope_scaled": Case(
-        lambda: (entered(tiny_decoder().rope_scaled), dict(scaling=YARN)),
-        {"scaling": optional(SCALING)},
+        lambda: (entered(tiny_decoder().rope_scaled), dict(scaling=YARN, base=100.0)),
+        {"scaling": optional(SCALING), "base": optional(BASE)},
     ),
     "attention_course.decoding.TinyDecoder.forward": Case(
         lambda: (

@@ -321,6 +321,24 @@ def test_a_model_built_with_scaling_equals_the_scaled_context_in_float64():
         torch.testing.assert_close(torch.cat(pieces, 1), model(ids), rtol=0, atol=1e-12)
 
 
+def test_a_new_base_in_every_layer_equals_a_model_built_with_it():
+    """The NTK-aware base change: b' = b kappa^(d / (d - 2)) in every layer."""
+    model, ids = tiny(), token_ids(2, 25, seed=5)
+    torch.manual_seed(0)
+    rebuilt = TinyDecoder(
+        VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, hidden_dim=HIDDEN, base=10000.0 * 4 ** (8 / 6)
+    )
+    rebuilt.load_state_dict(model.state_dict())
+    rebuilt = rebuilt.to(torch.float64).eval()
+    with torch.no_grad():
+        plain = model(ids)
+        with model.rope_scaled(base=10000.0 * 4 ** (8 / 6)):
+            torch.testing.assert_close(model(ids), rebuilt(ids), rtol=0, atol=1e-12)
+        assert model.config.rope_base == 10000.0
+        torch.testing.assert_close(model(ids), plain, rtol=0, atol=0)
+        assert (rebuilt(ids) - plain).abs().max() > 1e-3
+
+
 def test_bad_scaling_names_the_argument():
     model = tiny()
     with pytest.raises(ValueError, match=r"scaling\['factor'\]"):

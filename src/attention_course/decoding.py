@@ -23,6 +23,7 @@ from ._shapes import (
     require_instance,
     require_int,
     require_integer,
+    require_number,
     shape_of,
     type_name,
 )
@@ -347,20 +348,24 @@ class TinyDecoder(nn.Module):
             config.window, config.sinks = saved
 
     @contextlib.contextmanager
-    def rope_scaled(self, scaling):
+    def rope_scaled(self, scaling=None, base=None):
         """Within the block, every layer rotates its queries and keys with
         the RoPE scaling `scaling` (a config's rope_parameters dict, or None
         for none; "dynamic" takes C from config.context_length when the dict
-        has none), as if built with it; its own scaling comes back after.
-        Chapter 10."""
+        has none) and the base `base` (None: the model's own; a larger one is
+        the NTK-aware base change), as if built with them; its own settings
+        come back after. Chapter 10."""
         config = self.config
-        checked = _check_scaling(scaling, config.rope_base, config.context_length, name="scaling")
-        saved = config.rope_scaling
+        if base is not None:
+            require_number("base", base, 1, strict=True)
+        new_base = config.rope_base if base is None else float(base)
+        checked = _check_scaling(scaling, new_base, config.context_length, name="scaling")
+        saved = config.rope_scaling, config.rope_base
         try:
-            config.rope_scaling = checked  # read by every layer
+            config.rope_scaling, config.rope_base = checked, new_base  # read by every layer
             yield self
         finally:
-            config.rope_scaling = saved
+            config.rope_scaling, config.rope_base = saved
 
     def _check_ids(self, ids):
         require_integer("ids", ids, 2, what="integer token ids")
