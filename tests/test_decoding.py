@@ -301,6 +301,45 @@ def test_scaled_logits_equal_transformers_with_rope_parameters(kind, length):
         assert (ours - plain).abs().max() > 1e-2  # the scaling changes the logits
 
 
+@pytest.mark.parametrize("kind", ["linear", "yarn", "llama3"])
+def test_scaled_logits_equal_transformers_in_float64(kind, monkeypatch):
+    """transformers' Llama computes RoPE's angles, its RMSNorms and its eager softmax in
+    float32 whatever its dtype. With its rotary module's forward in float64 (the frequencies,
+    which the rotary tests check against ROPE_INIT_FUNCTIONS, with its own attention_scaling,
+    YaRN's factor), RMSNorm's formula in float64 and PyTorch's attention, the rest of the
+    wiring (every layer, the factor on queries and keys) agrees to 1e-10 beyond C."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from attention_course import rotary_frequencies
+
+    model = tiny().float().double()  # weights the twin holds exactly (it loads float32)
+    rope = {**SCALINGS[kind], "rope_theta": 10000.0}
+    twin = hugging_face_twin(model, max_position_embeddings=CONTEXT, rope_parameters=rope)
+    twin = twin.to(torch.float64)
+    twin.config._attn_implementation = "sdpa"  # the eager softmax is taken in float32
+    # LlamaRMSNorm computes in float32 whatever its dtype: its formula in float64
+    monkeypatch.setattr(
+        LlamaRMSNorm,
+        "forward",
+        lambda self, x: (
+            self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        ),
+    )
+    rotary = twin.model.rotary_emb
+    frequencies = rotary_frequencies(WIDTH // HEADS, scaling=rope, dtype=torch.float64)
+
+    def forward(x, position_ids):
+        angles = position_ids[..., None].to(torch.float64) * frequencies  # (batch, n, d/2)
+        angles = torch.cat([angles, angles], dim=-1)  # half-split layout
+        factor = rotary.attention_scaling
+        return (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)
+
+    monkeypatch.setattr(rotary, "forward", forward)
+    ids = token_ids(2, 40, seed=6)
+    with torch.no_grad(), model.rope_scaled(rope):
+        torch.testing.assert_close(model(ids), twin(ids).logits, rtol=0, atol=1e-10)
+
+
 def test_a_model_built_with_scaling_equals_the_scaled_context_in_float64():
     built = TinyDecoder(
         VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, hidden_dim=HIDDEN, scaling=SCALINGS["yarn"]
