@@ -8,6 +8,7 @@ one setting that can change after construction (`TinyDecoder.windowed`).
 
 import dataclasses
 
+from ._scaling import check_scaling
 from ._shapes import (
     check_heads,
     check_kv_heads,
@@ -17,7 +18,6 @@ from ._shapes import (
     require_int,
     require_number,
 )
-from .rotary import _check_scaling
 
 
 @dataclasses.dataclass
@@ -59,7 +59,7 @@ class DecoderConfig:
             require_int("context_length", self.context_length, 1)
         check_window(self.window, self.sinks)
         require_instance("tie_embeddings", self.tie_embeddings, bool, "a bool")
-        self.rope_scaling = _check_scaling(
+        self.rope_scaling = check_scaling(
             self.rope_scaling, self.rope_base, self.context_length, name="rope_scaling"
         )
 

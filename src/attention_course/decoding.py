@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from . import _kernels
+from ._scaling import check_scaling, rotate
 from ._shapes import (
     TOKEN_ID_DTYPES,
     check_sequence,
@@ -29,7 +30,6 @@ from ._shapes import (
 )
 from .config import DecoderConfig
 from .multihead import GroupedQueryAttention
-from .rotary import _check_scaling, _rotate
 
 
 class KVCache:
@@ -196,7 +196,7 @@ class DecoderBlock(nn.Module):
         v = _kernels.split_heads(layer.v_proj(x), layer.num_kv_heads)
         # rotate queries and keys in one call (keys once, then cached), with
         # the config's RoPE scaling if it has one (chapter 10)
-        rotated = _rotate(torch.cat([q, k], dim=1), positions, self.base, self.config.rope_scaling)
+        rotated = rotate(torch.cat([q, k], dim=1), positions, self.base, self.config.rope_scaling)
         q, k = rotated.split([q.shape[1], k.shape[1]], dim=1)
         # append to the cache: keys and values (batch, H_kv, S, d_h)
         key_positions = positions
@@ -279,7 +279,7 @@ class TinyDecoder(nn.Module):
         super().__init__()
         if hidden_dim is None and is_integer(embed_dim):
             hidden_dim = 4 * embed_dim
-        _check_scaling(scaling, name="scaling", frequencies=False)  # named as here
+        check_scaling(scaling, name="scaling", frequencies=False)  # named as here
         self.config = DecoderConfig(
             vocab_size,
             embed_dim,
@@ -359,7 +359,7 @@ class TinyDecoder(nn.Module):
         if base is not None:
             require_number("base", base, 1, strict=True)
         new_base = config.rope_base if base is None else float(base)
-        checked = _check_scaling(scaling, new_base, config.context_length, name="scaling")
+        checked = check_scaling(scaling, new_base, config.context_length, name="scaling")
         saved = config.rope_scaling, config.rope_base
         try:
             config.rope_scaling, config.rope_base = checked, new_base  # read by every layer
