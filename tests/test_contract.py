@@ -745,6 +745,7 @@ REGISTRY = {
                 base=100.0,
                 norm_eps=1e-6,
                 tie_embeddings=True,
+                scaling=YARN,
             ),
         ),
         {
@@ -758,6 +759,7 @@ REGISTRY = {
             "sinks": COUNT_OR_ZERO,
             "base": BASE,
             "norm_eps": NON_NEGATIVE,
+            "scaling": optional(SCALING),
         },
     ),
     "attention_course.decoding.TinyDecoder.from_config": Case(
@@ -770,6 +772,10 @@ REGISTRY = {
     "attention_course.decoding.TinyDecoder.windowed": Case(
         lambda: (entered(tiny_decoder().windowed), dict(window=3, sinks=1)),
         {"window": optional(COUNT), "sinks": COUNT_OR_ZERO},
+    ),
+    "attention_course.decoding.TinyDecoder.rope_scaled": Case(
+        lambda: (entered(tiny_decoder().rope_scaled), dict(scaling=YARN, base=100.0)),
+        {"scaling": optional(SCALING), "base": optional(BASE)},
     ),
     "attention_course.decoding.TinyDecoder.forward": Case(
         lambda: (
@@ -1132,7 +1138,12 @@ REGISTRY = {
     "attention_course.config.DecoderConfig": Case(
         lambda: (
             config.DecoderConfig,
-            {**dataclasses.asdict(tiny_decoder_config()), "window": 4, "sinks": 1},
+            {
+                **dataclasses.asdict(tiny_decoder_config()),
+                "window": 4,
+                "sinks": 1,
+                "rope_scaling": YARN,
+            },
         ),
         {
             **{
@@ -1152,6 +1163,7 @@ REGISTRY = {
             "rope_base": BASE,
             "norm_eps": NON_NEGATIVE,
             "tie_embeddings": FLAG,
+            "rope_scaling": optional(SCALING),
         },
     ),
     "attention_course.pretrained.smollm2.chat_prompt": Case(

@@ -192,9 +192,9 @@ def test_bad_updates_raise_naming_the_shapes():
 # TinyDecoder against Llama and Mistral in transformers ------------------------
 
 
-def hugging_face_twin(model, window=None):
+def hugging_face_twin(model, window=None, **settings):
     """A transformers Llama (or Mistral, with a sliding window) with model's
-    weights."""
+    weights; settings override the config's (rope_parameters, ...)."""
     from transformers import (
         LlamaConfig,
         LlamaForCausalLM,
@@ -213,6 +213,7 @@ def hugging_face_twin(model, window=None):
         max_position_embeddings=256,
         tie_word_embeddings=False,
     )
+    sizes.update(settings)
     if window is None:
         config, family = LlamaConfig(**sizes), LlamaForCausalLM
     else:
@@ -255,6 +256,138 @@ def test_logits_equal_llama_and_mistral_in_transformers(window):
     with torch.no_grad():
         # Llama rounds its rotary angles (up to about 16 rad here) in float32
         torch.testing.assert_close(model(ids), twin(ids).logits, rtol=0, atol=1e-4)
+
+
+# RoPE scaling in every layer (chapter 10): C = 16 tokens, texts of 13 and 40
+CONTEXT = 16
+SCALINGS = {
+    "linear": {"rope_type": "linear", "factor": 4.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 4.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": CONTEXT},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": CONTEXT,
+    },
+}
+
+
+@pytest.mark.parametrize("kind", SCALINGS)
+@pytest.mark.parametrize("length", [13, 40])
+def test_scaled_logits_equal_transformers_with_rope_parameters(kind, length):
+    """transformers' Llama with the scaling in its config: its own rotary
+    module (dynamic NTK recomputed for the length, YaRN's factor on cos and
+    sin) in every layer."""
+    model = tiny(dtype=torch.float32)
+    rope = {**SCALINGS[kind], "rope_theta": 10000.0}
+    twin = hugging_face_twin(model, max_position_embeddings=CONTEXT, rope_parameters=rope)
+    ids = token_ids(2, length, seed=3)
+    # a "dynamic" dict holds no C: transformers takes max_position_embeddings
+    scaling = dict(twin.config.rope_parameters)
+    if kind == "dynamic":
+        scaling.setdefault("original_max_position_embeddings", CONTEXT)
+    with torch.no_grad():
+        plain = model(ids)
+        with model.rope_scaled(scaling) as scaled:
+            ours = scaled(ids)
+        theirs = twin(ids).logits
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-4)
+    torch.testing.assert_close(model(ids), plain, rtol=0, atol=0)  # restored
+    if kind == "dynamic" and length <= CONTEXT:  # unchanged up to C
+        torch.testing.assert_close(ours, plain, rtol=0, atol=1e-5)
+    else:
+        assert (ours - plain).abs().max() > 1e-2  # the scaling changes the logits
+
+
+@pytest.mark.parametrize("kind", ["linear", "yarn", "llama3"])
+def test_scaled_logits_equal_transformers_in_float64(kind, monkeypatch):
+    """transformers' Llama computes RoPE's angles, its RMSNorms and its eager softmax in
+    float32 whatever its dtype. With its rotary module's forward in float64 (the frequencies,
+    which the rotary tests check against ROPE_INIT_FUNCTIONS, with its own attention_scaling,
+    YaRN's factor), RMSNorm's formula in float64 and PyTorch's attention, the rest of the
+    wiring (every layer, the factor on queries and keys) agrees to 1e-10 beyond C."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from attention_course import rotary_frequencies
+
+    model = tiny().float().double()  # weights the twin holds exactly (it loads float32)
+    rope = {**SCALINGS[kind], "rope_theta": 10000.0}
+    twin = hugging_face_twin(model, max_position_embeddings=CONTEXT, rope_parameters=rope)
+    twin = twin.to(torch.float64)
+    twin.config._attn_implementation = "sdpa"  # the eager softmax is taken in float32
+    # LlamaRMSNorm computes in float32 whatever its dtype: its formula in float64
+    monkeypatch.setattr(
+        LlamaRMSNorm,
+        "forward",
+        lambda self, x: (
+            self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        ),
+    )
+    rotary = twin.model.rotary_emb
+    frequencies = rotary_frequencies(WIDTH // HEADS, scaling=rope, dtype=torch.float64)
+
+    def forward(x, position_ids):
+        angles = position_ids[..., None].to(torch.float64) * frequencies  # (batch, n, d/2)
+        angles = torch.cat([angles, angles], dim=-1)  # half-split layout
+        factor = rotary.attention_scaling
+        return (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)
+
+    monkeypatch.setattr(rotary, "forward", forward)
+    ids = token_ids(2, 40, seed=6)
+    with torch.no_grad(), model.rope_scaled(rope):
+        torch.testing.assert_close(model(ids), twin(ids).logits, rtol=0, atol=1e-10)
+
+
+def test_a_model_built_with_scaling_equals_the_scaled_context_in_float64():
+    built = TinyDecoder(
+        VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, hidden_dim=HIDDEN, scaling=SCALINGS["yarn"]
+    )
+    model = tiny()
+    built.load_state_dict(model.state_dict())
+    built = built.to(torch.float64).eval()
+    ids = token_ids(1, 30, seed=4)
+    with torch.no_grad(), model.rope_scaled(SCALINGS["yarn"]):
+        torch.testing.assert_close(built(ids), model(ids), rtol=0, atol=1e-12)
+        # and a cached, chunked pass equals the full one (static frequencies)
+        caches = built.new_caches()
+        pieces = [
+            built(ids[:, :20], caches),
+            built(ids[:, 20:21], caches),
+            built(ids[:, 21:], caches),
+        ]
+        torch.testing.assert_close(torch.cat(pieces, 1), model(ids), rtol=0, atol=1e-12)
+
+
+def test_a_new_base_in_every_layer_equals_a_model_built_with_it():
+    """The NTK-aware base change: b' = b kappa^(d / (d - 2)) in every layer."""
+    model, ids = tiny(), token_ids(2, 25, seed=5)
+    torch.manual_seed(0)
+    rebuilt = TinyDecoder(
+        VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, hidden_dim=HIDDEN, base=10000.0 * 4 ** (8 / 6)
+    )
+    rebuilt.load_state_dict(model.state_dict())
+    rebuilt = rebuilt.to(torch.float64).eval()
+    with torch.no_grad():
+        plain = model(ids)
+        with model.rope_scaled(base=10000.0 * 4 ** (8 / 6)):
+            torch.testing.assert_close(model(ids), rebuilt(ids), rtol=0, atol=1e-12)
+        assert model.config.rope_base == 10000.0
+        torch.testing.assert_close(model(ids), plain, rtol=0, atol=0)
+        assert (rebuilt(ids) - plain).abs().max() > 1e-3
+
+
+def test_bad_scaling_names_the_argument():
+    model = tiny()
+    with pytest.raises(ValueError, match=r"scaling\['factor'\]"):
+        with model.rope_scaled({"rope_type": "linear", "factor": 0.5}):
+            pass
+    with pytest.raises(ValueError, match="context_length"):  # "dynamic" needs C
+        with model.rope_scaled({"rope_type": "dynamic", "factor": 2.0}):
+            pass
+    with pytest.raises(TypeError, match="scaling"):
+        TinyDecoder(VOCAB, WIDTH, HEADS, KV_HEADS, LAYERS, scaling=[2.0])
 
 
 def test_greedy_tokens_equal_transformers_generate():

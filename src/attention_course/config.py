@@ -8,6 +8,7 @@ one setting that can change after construction (`TinyDecoder.windowed`).
 
 import dataclasses
 
+from ._scaling import check_scaling
 from ._shapes import (
     check_heads,
     check_kv_heads,
@@ -27,8 +28,10 @@ class DecoderConfig:
     norm_eps: the RMSNorms' eps; context_length: the longest text it was
     trained on (None: not stated); window, sinks: a sliding window of that
     many keys, keeping the first `sinks` tokens (None, 0: every key);
-    tie_embeddings: the output projection reuses the embedding matrix.
-    Chapter 11."""
+    tie_embeddings: the output projection reuses the embedding matrix;
+    rope_scaling: a config's rope_parameters dict (chapter 10's RoPE
+    scaling, applied in every layer; "dynamic" takes C from context_length
+    when the dict has none), or None. Chapter 11."""
 
     vocab_size: int
     embed_dim: int
@@ -42,6 +45,7 @@ class DecoderConfig:
     window: int = None
     sinks: int = 0
     tie_embeddings: bool = False
+    rope_scaling: dict = None
 
     def __post_init__(self):
         for name in ("vocab_size", "embed_dim", "num_layers", "hidden_dim"):
@@ -55,6 +59,9 @@ class DecoderConfig:
             require_int("context_length", self.context_length, 1)
         check_window(self.window, self.sinks)
         require_instance("tie_embeddings", self.tie_embeddings, bool, "a bool")
+        self.rope_scaling = check_scaling(
+            self.rope_scaling, self.rope_base, self.context_length, name="rope_scaling"
+        )
 
     @property
     def head_dim(self):

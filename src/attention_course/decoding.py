@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from . import _kernels
+from ._scaling import check_scaling, rotate
 from ._shapes import (
     TOKEN_ID_DTYPES,
     check_sequence,
@@ -23,6 +24,7 @@ from ._shapes import (
     require_instance,
     require_int,
     require_integer,
+    require_number,
     shape_of,
     type_name,
 )
@@ -192,10 +194,10 @@ class DecoderBlock(nn.Module):
         q = _kernels.split_heads(layer.q_proj(x), layer.num_heads)
         k = _kernels.split_heads(layer.k_proj(x), layer.num_kv_heads)
         v = _kernels.split_heads(layer.v_proj(x), layer.num_kv_heads)
-        # rotate queries and keys in one call (keys once, then cached)
-        q, k = _kernels.rotate(torch.cat([q, k], dim=1), positions, self.base).split(
-            [q.shape[1], k.shape[1]], dim=1
-        )
+        # rotate queries and keys in one call (keys once, then cached), with
+        # the config's RoPE scaling if it has one (chapter 10)
+        rotated = rotate(torch.cat([q, k], dim=1), positions, self.base, self.config.rope_scaling)
+        q, k = rotated.split([q.shape[1], k.shape[1]], dim=1)
         # append to the cache: keys and values (batch, H_kv, S, d_h)
         key_positions = positions
         if cache is not None:
@@ -252,7 +254,8 @@ class TinyDecoder(nn.Module):
 
     Keyword-only sizes of a real model (defaults: chapter 11's): hidden_dim of
     the SwiGLU feed-forward (4 * embed_dim), the RoPE base, the RMSNorms' eps,
-    and tie_embeddings (the output projection reuses the embedding matrix).
+    tie_embeddings (the output projection reuses the embedding matrix), and
+    scaling, a RoPE scaling dict as a config's rope_parameters (chapter 10).
     They are checked and kept in one DecoderConfig, `model.config`, which
     every layer reads. Chapter 11.
     """
@@ -271,10 +274,12 @@ class TinyDecoder(nn.Module):
         base=10000.0,
         norm_eps=1e-6,
         tie_embeddings=False,
+        scaling=None,
     ):
         super().__init__()
         if hidden_dim is None and is_integer(embed_dim):
             hidden_dim = 4 * embed_dim
+        check_scaling(scaling, name="scaling", frequencies=False)  # named as here
         self.config = DecoderConfig(
             vocab_size,
             embed_dim,
@@ -287,6 +292,7 @@ class TinyDecoder(nn.Module):
             window=window,
             sinks=sinks,
             tie_embeddings=tie_embeddings,
+            rope_scaling=scaling,
         )
         self._build(self.config)
 
@@ -340,6 +346,26 @@ class TinyDecoder(nn.Module):
             yield self
         finally:
             config.window, config.sinks = saved
+
+    @contextlib.contextmanager
+    def rope_scaled(self, scaling=None, base=None):
+        """Within the block, every layer rotates its queries and keys with
+        the RoPE scaling `scaling` (a config's rope_parameters dict, or None
+        for none; "dynamic" takes C from config.context_length when the dict
+        has none) and the base `base` (None: the model's own; a larger one is
+        the NTK-aware base change), as if built with them; its own settings
+        come back after. Chapter 10."""
+        config = self.config
+        if base is not None:
+            require_number("base", base, 1, strict=True)
+        new_base = config.rope_base if base is None else float(base)
+        checked = check_scaling(scaling, new_base, config.context_length, name="scaling")
+        saved = config.rope_scaling, config.rope_base
+        try:
+            config.rope_scaling, config.rope_base = checked, new_base  # read by every layer
+            yield self
+        finally:
+            config.rope_scaling, config.rope_base = saved
 
     def _check_ids(self, ids):
         require_integer("ids", ids, 2, what="integer token ids")

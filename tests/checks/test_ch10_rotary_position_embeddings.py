@@ -1,5 +1,5 @@
-"""The checks of chapter 10's exercises (RoPE, rotary self-attention, Llama 3.1's frequencies)
-accept correct answers written independently and name the usual mistakes."""
+"""The checks of chapter 10's exercises (RoPE, rotary self-attention, Llama 3.1's frequencies,
+next-token losses) accept correct answers written independently and name the usual mistakes."""
 
 import math
 
@@ -74,10 +74,36 @@ def rotate_with_exponents_missing_the_two(x, positions, base=10000.0, sign=-1):
     )
 
 
+def next_token_losses_by_loops(logits, ids, slip=None):
+    """-log of the softmax probability of the next token, position by position,
+    with math.exp and math.log; or one of the usual slips."""
+    batch, length, _ = logits.shape
+    rows = []
+    for b in range(batch):
+        row = []
+        targets = range(length) if slip == "own token" else range(length - 1)
+        for t in targets:
+            scores = logits[b, t].tolist()
+            target = ids[b, t if slip == "own token" else t + 1].item()
+            top = max(scores)
+            normaliser = top + math.log(sum(math.exp(s - top) for s in scores))
+            loss = normaliser - scores[target]
+            row.append(loss / math.log(2) if slip == "bits" else loss)
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.float64)
+
+
 INDEPENDENT_ANSWERS = [
     ("check_rotary", rotate_by_matrices),
     ("check_rotary_attention", rotary_attention_by_loops),
     ("check_llama3_frequencies", llama3_by_wavelengths),
+    ("check_next_token_losses", next_token_losses_by_loops),
+    (
+        "check_next_token_losses",
+        lambda logits, ids: torch.nn.functional.cross_entropy(
+            logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none"
+        ),
+    ),
 ]
 
 
@@ -169,3 +195,31 @@ def test_rotary_check_names_growing_frequencies_and_positions_ignored():
 def test_rotary_attention_check_names_a_missing_causal_mask():
     with pytest.raises(CheckFailed, match="not causal"):
         checks.check_rotary_attention(lambda *a: rotary_attention_by_loops(*a, causal=False))
+
+
+@pytest.mark.parametrize(
+    "slip, message",
+    [
+        ("own token", "own token"),
+        ("bits", "nats"),
+    ],
+)
+def test_next_token_check_names_the_usual_slips(slip, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_next_token_losses(lambda *a: next_token_losses_by_loops(*a, slip=slip))
+
+
+def test_next_token_check_names_a_wrong_shift_and_a_missing_normaliser():
+    def backwards(logits, ids):
+        return next_token_losses_by_loops(logits.flip(1), ids.flip(1)).flip(1)
+
+    with pytest.raises(CheckFailed, match="wrong way"):
+        checks.check_next_token_losses(backwards)
+    with pytest.raises(CheckFailed, match="logsumexp"):
+        checks.check_next_token_losses(
+            lambda logits, ids: -logits[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
+        )
+    with pytest.raises(CheckFailed, match="losses at index"):
+        checks.check_next_token_losses(
+            lambda logits, ids: next_token_losses_by_loops(logits, ids) + 0.1
+        )

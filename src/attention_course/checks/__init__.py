@@ -50,6 +50,7 @@ from .ch09_grouped_query_attention import check_kv_cache_bytes, check_repeat_kv
 # chapter 10: Rotary position embeddings (RoPE)
 from .ch10_rotary_position_embeddings import (
     check_llama3_frequencies,
+    check_next_token_losses,
     check_rotary,
     check_rotary_attention,
 )

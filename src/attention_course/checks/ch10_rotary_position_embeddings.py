@@ -1,6 +1,6 @@
-"""Checks of chapter 10's exercises: RoPE, rotary self-attention, and Llama 3.1's frequency
-scaling. Each compares with a float64 reference and names the usual slips (the wrong pairs, the
-wrong sign, frequencies base^(-i/d))."""
+"""Checks of chapter 10's exercises: RoPE, rotary self-attention, Llama 3.1's frequency
+scaling, and next-token losses. Each compares with a float64 reference and names the usual
+slips (the wrong pairs, the wrong sign, frequencies base^(-i/d), the shift of the targets)."""
 
 import math
 
@@ -281,3 +281,87 @@ def check_llama3_frequencies(fn, seed=0):
         compare(got, expected / theta, case, "frequency ratio theta'_i / theta_i", atol=1e-6)
         n_cases += 1
     passed("your Llama 3.1 frequencies", n_cases)
+
+
+def _next_token_reference(logits, ids, mistake=None):
+    """float64 losses -log p(ids[:, t + 1] | logits[:, t]) (batch, n - 1),
+    or one of the usual mistakes."""
+    logits = logits.double()
+    scored, targets = logits[:, :-1], ids[:, 1:]  # token t predicts token t + 1
+    if mistake == "own token":
+        scored, targets = logits, ids
+    elif mistake == "backwards":
+        scored, targets = logits[:, 1:], ids[:, :-1]
+    elif mistake == "unshifted":
+        scored, targets = logits[:, :-1], ids[:, :-1]
+    chosen = scored.gather(-1, targets[..., None])[..., 0]  # (batch, n - 1)
+    if mistake == "no normaliser":
+        return -chosen
+    losses = scored.logsumexp(-1) - chosen
+    if mistake == "bits":
+        return losses / math.log(2)
+    if mistake == "log probability":
+        return -losses
+    return losses
+
+
+_NEXT_TOKEN_MISTAKES = {
+    "own token": "you scored each position's own token; the logits at position t "
+    "predict the next token, ids[:, t + 1], so there are n - 1 losses",
+    "backwards": "you shifted the wrong way: the logits at position t predict "
+    "ids[:, t + 1] (logits[:, :-1] against ids[:, 1:])",
+    "unshifted": "the logits at position t predict the next token: compare "
+    "logits[:, :-1] with ids[:, 1:], not with ids[:, :-1]",
+    "no normaliser": "a loss is -log softmax(logits)[token]: subtract the "
+    "logsumexp of the row from the chosen logit before negating",
+    "bits": "the loss is in nats (natural log), not bits: do not divide by ln 2",
+    "log probability": "the loss is minus the log-probability of the right token",
+}
+
+
+def _next_token_cases(seed):
+    shapes = [
+        ("one text of 2 tokens", 1, 2, 3),
+        ("two texts of 5", 2, 5, 7),
+        ("three texts of 9", 3, 9, 11),
+    ]
+    if seed:
+        shapes = [
+            (f"random case {n}", batch, length, vocab)
+            for n, (batch, length, vocab) in enumerate(
+                zip(
+                    integers(seed, 3, 1, 4, 110),
+                    integers(seed, 3, 2, 12, 111),
+                    integers(seed, 3, 3, 20, 112),
+                )
+            )
+        ]
+    for number, (case, batch, length, vocab) in enumerate(shapes):
+        logits = 3 * random((batch, length, vocab), seed, 113 + number)
+        ids = torch.tensor(integers(seed, batch * length, 0, vocab, 120 + number))
+        yield case, logits, ids.reshape(batch, length)
+
+
+@self_check
+def check_next_token_losses(fn, seed=0):
+    """Check fn(logits (batch, n, vocab), ids (batch, n)) -> the next-token
+    losses (batch, n - 1): entry t is -log softmax(logits[b, t])[ids[b, t + 1]],
+    in nats. Chapter 10, exercise 6."""
+    n_cases = 0
+    for case, logits, ids in _next_token_cases(seed):
+        expected = _next_token_reference(logits, ids)
+        got = run(fn, (logits.clone(), ids.clone()), case)
+        if isinstance(got, torch.Tensor):
+            for mistake, hint in _NEXT_TOKEN_MISTAKES.items():
+                wrong = _next_token_reference(logits, ids, mistake)
+                if (
+                    got.shape == wrong.shape
+                    and torch.allclose(got.detach().double(), wrong, atol=1e-6)
+                    and not (
+                        wrong.shape == expected.shape and torch.allclose(wrong, expected, atol=1e-6)
+                    )
+                ):
+                    raise CheckFailed(f"case '{case}': {hint}")
+        compare(got, expected, case, "losses", atol=1e-6)
+        n_cases += 1
+    passed("your next-token losses", n_cases)
