@@ -314,6 +314,12 @@ def right_scores(queries, eta, keys):
     return eta @ (queries @ keys.T / queries.shape[1] ** 0.5).relu()
 
 
+def right_scores_of_cached_keys(queries, eta, keys):
+    """The right scores, but the new token's own key (the last) never chosen."""
+    scores = right_scores(queries, eta, keys)
+    return torch.cat([scores[:-1], torch.tensor([-torch.inf], dtype=scores.dtype)])
+
+
 @pytest.mark.parametrize(
     "wrong, hint",
     [
@@ -330,6 +336,11 @@ def right_scores(queries, eta, keys):
             index_step_with(lambda q, e, keys: (q @ keys.T).relu().sum(0)),
             "weight head i's ReLU by its eta_i",
         ),
+        (
+            index_step_with(lambda q, e, keys: (e[:, None] * (q @ keys.T)).relu().sum(0)),
+            "ReLU after weighting by eta_i",
+        ),
+        (index_step_with(right_scores_of_cached_keys), "among the cached keys only"),
         (index_step_with(lambda q, e, keys: -right_scores(q, e, keys)), "lowest scores"),
         (index_step_with(right_scores, kept=lambda k, n: min(k + 1, n)), r"expected min\(k"),
         (

@@ -423,8 +423,8 @@ def check_causal_top_k(fn, seed=0):
 
 
 def _index_step_reference(queries, eta, new_key, cached_keys):
-    """float64 by loops: the keys held after the step (S + 1, d_I) and the index score
-    I_s = sum_i eta_i ReLU(q_i . k_s / sqrt(d_I)) of each, (S + 1,)."""
+    """float64 by loops: the keys held after the step (n + 1, d_I) and the index score
+    I_s = sum_i eta_i ReLU(q_i . k_s / sqrt(d_I)) of each, (n + 1,)."""
     keys = torch.cat([cached_keys.double(), new_key.double()[None]])
     heads, dim = queries.shape
     scores = torch.zeros(keys.shape[0], dtype=torch.float64)
@@ -436,7 +436,7 @@ def _index_step_reference(queries, eta, new_key, cached_keys):
 
 
 def _index_step_cases(seed):
-    """(case, queries (H_I, d_I), eta (H_I,), new_key (d_I,), cached_keys (S, d_I), k)."""
+    """(case, queries (H_I, d_I), eta (H_I,), new_key (d_I,), cached_keys (n, d_I), k)."""
     sizes = [
         ("4 heads of 8, 10 cached keys, k = 4", 4, 8, 10, 4),
         ("2 heads of 6, 3 cached keys, k = 5: every key chosen", 2, 6, 3, 5),
@@ -448,7 +448,7 @@ def _index_step_cases(seed):
         heads, dims = integers(seed, 5, 1, 9, 300), integers(seed, 5, 2, 17, 301)
         held, top = integers(seed, 5, 0, 21, 302), integers(seed, 5, 1, 9, 303)
         sizes = [
-            (f"random case {n}: H_I = {h}, d_I = {d}, S = {s}, k = {k}", h, d, s, k)
+            (f"random case {n}: H_I = {h}, d_I = {d}, n = {s}, k = {k}", h, d, s, k)
             for n, (h, d, s, k) in enumerate(zip(heads, dims, held, top))
         ]
     for n, (case, heads, dim, held, k) in enumerate(sizes):
@@ -463,23 +463,36 @@ def _index_step_cases(seed):
 
 
 def _index_step_hint(chosen, queries, eta, keys, k):
-    """Why a wrong selection (S + 1,) is wrong, when it is a typical mistake; else None."""
-    dots = queries.double() @ keys.T / queries.shape[1] ** 0.5  # (H_I, S + 1)
+    """Why a wrong selection (n + 1,) is wrong, when it is a typical mistake; else None.
+    The mistakes are tried in this fixed order, the most specific first."""
+    dots = queries.double() @ keys.T / queries.shape[1] ** 0.5  # (H_I, n + 1)
+    eta = eta.double()
     kept = min(k, keys.shape[0])
+    right = eta @ dots.relu()  # I_s: (n + 1,)
+    cached_only = right.clone()
+    cached_only[-1] = -torch.inf  # the new token's own key never chosen
     for scores, hint in (
         (
-            eta.double() @ dots,
-            "you summed eta_i (q_i . k_s) without the ReLU: a head whose query points "
-            "away from a key gives 0, not a negative vote (ReLU before weighting)",
+            cached_only,
+            "you chose among the cached keys only: score the new token's own key too "
+            "(its query may choose itself)",
+        ),
+        (
+            (eta[:, None] * dots).relu().sum(0),
+            "you applied the ReLU after weighting by eta_i: where eta_i is negative, "
+            "the head can then no longer vote against a key; apply the ReLU to each "
+            "head's score, before weighting by eta_i and summing",
+        ),
+        (
+            eta @ dots,
+            "you summed eta_i (q_i . k_s) without the ReLU: apply the ReLU to each head's "
+            "score, before weighting by eta_i and summing",
         ),
         (
             dots.relu().sum(0),
             "your heads all count 1: weight head i's ReLU by its eta_i (which may be negative)",
         ),
-        (
-            (eta.double() @ dots.relu()) * -1,
-            "you chose the lowest scores: keep the k largest",
-        ),
+        (-right, "you chose the lowest scores: keep the k largest"),
     ):
         top = torch.zeros(keys.shape[0], dtype=torch.bool)
         top[scores.topk(kept).indices] = True
@@ -490,9 +503,9 @@ def _index_step_hint(chosen, queries, eta, keys, k):
 
 @self_check
 def check_index_decode_step(fn, seed=0):
-    """Check fn(queries (H_I, d_I), eta (H_I,), new_key (d_I,), cached_keys (S, d_I), k) ->
-    (keys (S + 1, d_I), chosen (S + 1,) bool): the indexer's keys with the new token's
-    appended, and True at the min(k, S + 1) keys of largest I_s = sum_i eta_i ReLU(q_i . k_s /
+    """Check fn(queries (H_I, d_I), eta (H_I,), new_key (d_I,), cached_keys (n, d_I), k) ->
+    (keys (n + 1, d_I), chosen (n + 1,) bool): the indexer's keys with the new token's
+    appended, and True at the min(k, n + 1) keys of largest I_s = sum_i eta_i ReLU(q_i . k_s /
     sqrt(d_I)); a tie at the k-th place may be broken either way. Chapter 17, exercise 5."""
     cases = list(_index_step_cases(seed))
     for case, queries, eta, new_key, cached_keys, k in cases:
@@ -506,7 +519,7 @@ def check_index_decode_step(fn, seed=0):
         if not (isinstance(got, tuple) and len(got) == 2):
             raise CheckFailed(
                 f"case '{case}': your function returned {type(got).__name__}, expected "
-                "a pair (keys (S + 1, d_I), chosen (S + 1,) bool)"
+                "a pair (keys (n + 1, d_I), chosen (n + 1,) bool)"
             )
         keys, chosen = got
         if isinstance(keys, torch.Tensor) and keys.shape == cached_keys.shape:
@@ -523,14 +536,14 @@ def check_index_decode_step(fn, seed=0):
         ):
             raise CheckFailed(
                 f"case '{case}': your first key is the new token's: append it as the "
-                "last row, at position S, after the cached keys"
+                "last row, at position n, after the cached keys"
             )
         compare(keys, expected_keys, case, "keys", atol=1e-6)
         length = expected_keys.shape[0]
         if not isinstance(chosen, torch.Tensor) or chosen.dtype != torch.bool:
             raise CheckFailed(
                 f"case '{case}': your chosen is not a bool tensor: return True at the "
-                "keys chosen, a mask of shape (S + 1,)"
+                "keys chosen, a mask of shape (n + 1,)"
             )
         if chosen.shape != (length,):
             hint = (
@@ -538,13 +551,13 @@ def check_index_decode_step(fn, seed=0):
             )
             raise CheckFailed(
                 f"case '{case}': your chosen has shape {tuple(chosen.shape)}, expected "
-                f"({length},) = (S + 1,){hint}"
+                f"({length},) = (n + 1,){hint}"
             )
         chosen = chosen.detach().cpu()
         kept = min(k, length)
         if int(chosen.sum()) != kept:
             raise CheckFailed(
-                f"case '{case}': you chose {int(chosen.sum())} keys, expected min(k, S + 1)"
+                f"case '{case}': you chose {int(chosen.sum())} keys, expected min(k, n + 1)"
                 f" = {kept}"
             )
         best = scores.sort(descending=True).values[:kept]
@@ -553,7 +566,7 @@ def check_index_decode_step(fn, seed=0):
         hint = _index_step_hint(chosen, queries, eta, expected_keys, k)
         raise CheckFailed(
             f"case '{case}': you chose keys {chosen.nonzero().flatten().tolist()}, expected "
-            f"{scores.topk(kept).indices.sort().values.tolist()} (the largest I_s)"
+            f"{scores.topk(kept).indices.sort().values.tolist()} (the largest I_{{t,s}})"
             + (f": {hint}" if hint else "")
         )
     passed("your indexer's decoding step", len(cases))
