@@ -83,8 +83,15 @@ def next_token_losses_by_loops(logits, ids, slip=None):
         row = []
         targets = range(length) if slip == "own token" else range(length - 1)
         for t in targets:
-            scores = logits[b, t].tolist()
-            target = ids[b, t if slip == "own token" else t + 1].item()
+            # (position of the logits, position of the token they are scored on)
+            row_at, token_at = {
+                "own token": (t, t),
+                "unshifted": (t, t),
+                "first dropped": (t + 1, t + 1),
+                "backwards": (t + 1, t),
+            }.get(slip, (t, t + 1))
+            scores = logits[b, row_at].tolist()
+            target = ids[b, token_at].item()
             top = max(scores)
             normaliser = top + math.log(sum(math.exp(s - top) for s in scores))
             loss = normaliser - scores[target]
@@ -206,6 +213,20 @@ def test_rotary_attention_check_names_a_missing_causal_mask():
 )
 def test_next_token_check_names_the_usual_slips(slip, message):
     with pytest.raises(CheckFailed, match=message):
+        checks.check_next_token_losses(lambda *a: next_token_losses_by_loops(*a, slip=slip))
+
+
+@pytest.mark.parametrize(
+    "slip, message",
+    [
+        ("unshifted", r"not with ids\[:, :-1\]"),
+        ("first dropped", r"own token from position 1"),
+        ("backwards", "wrong way"),
+    ],
+)
+def test_next_token_check_names_each_shift_slip_in_its_first_case(slip, message):
+    # the first case already tells the slips apart (its two ids differ)
+    with pytest.raises(CheckFailed, match=f"case 'one text of 2 tokens': .*{message}"):
         checks.check_next_token_losses(lambda *a: next_token_losses_by_loops(*a, slip=slip))
 
 

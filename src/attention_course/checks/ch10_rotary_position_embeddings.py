@@ -294,6 +294,8 @@ def _next_token_reference(logits, ids, mistake=None):
         scored, targets = logits[:, 1:], ids[:, :-1]
     elif mistake == "unshifted":
         scored, targets = logits[:, :-1], ids[:, :-1]
+    elif mistake == "first dropped":
+        scored, targets = logits[:, 1:], ids[:, 1:]
     chosen = scored.gather(-1, targets[..., None])[..., 0]  # (batch, n - 1)
     if mistake == "no normaliser":
         return -chosen
@@ -312,6 +314,8 @@ _NEXT_TOKEN_MISTAKES = {
     "ids[:, t + 1] (logits[:, :-1] against ids[:, 1:])",
     "unshifted": "the logits at position t predict the next token: compare "
     "logits[:, :-1] with ids[:, 1:], not with ids[:, :-1]",
+    "first dropped": "you scored each position's own token from position 1 on; the logits at "
+    "position t predict ids[:, t + 1]: compare logits[:, :-1] with ids[:, 1:], not logits[:, 1:]",
     "no normaliser": "a loss is -log softmax(logits)[token]: subtract the "
     "logsumexp of the row from the chosen logit before negating",
     "bits": "the loss is in nats (natural log), not bits: do not divide by ln 2",
@@ -339,6 +343,8 @@ def _next_token_cases(seed):
     for number, (case, batch, length, vocab) in enumerate(shapes):
         logits = 3 * random((batch, length, vocab), seed, 113 + number)
         ids = torch.tensor(integers(seed, batch * length, 0, vocab, 120 + number))
+        if number == 0 and not seed:  # distinct ids, so each shift slip differs
+            ids = torch.tensor([2, 0])
         yield case, logits, ids.reshape(batch, length)
 
 
