@@ -50,7 +50,7 @@ from attention_course import (
     sparse,
     tiled,
 )
-from attention_course.pretrained import heads, minilm, smollm2
+from attention_course.pretrained import circuits, heads, minilm, smollm2
 from helpers.qwen3_next import small_qwen3_next_config
 
 # ----------------------------------------------------------------------------- kinds of argument
@@ -1070,6 +1070,53 @@ REGISTRY = {
         ),
         {"weights": TENSOR_LIST, "targets": BOOL_MASK, "valid_lens": LENGTHS},
     ),
+    # pretrained.circuits
+    "attention_course.pretrained.circuits.trace_decoder": Case(
+        lambda: (
+            circuits.trace_decoder,
+            dict(
+                model=tiny_decoder(),
+                ids=torch.tensor([[1, 2, 3]]),
+                patches={(1, "key"): randn(1, 3, 8)},
+                head_layers=[1],
+            ),
+        ),
+        {
+            "model": INSTANCE,
+            "ids": IDS,
+            "patches": [
+                Bad("a list", constant([]), TypeError),
+                Bad("not a pair", lambda v: {1: next(iter(v.values()))}, TypeError),
+                Bad("a bad path", lambda v: {(1, "keys"): next(iter(v.values()))}, ValueError),
+                Bad(
+                    "layer out of range", lambda v: {(9, "key"): next(iter(v.values()))}, ValueError
+                ),
+                Bad("wrong shape", lambda v: {(1, "key"): randn(1, 2, 8)}, ValueError),
+                Bad(
+                    "another float dtype",
+                    lambda v: {(1, "key"): randn(1, 3, 8, dtype=torch.float64)},
+                    ValueError,
+                ),
+                Bad(
+                    "ints",
+                    lambda v: {(1, "key"): torch.ones(1, 3, 8, dtype=torch.long)},
+                    ValueError,
+                ),
+            ],
+            "head_layers": [
+                Bad("a number", constant(3), TypeError),
+                Bad("floats", constant([0.5]), TypeError),
+                Bad("out of range", constant([99]), ValueError),
+            ],
+        },
+    ),
+    "attention_course.pretrained.circuits.direct_logit_attribution": Case(
+        lambda: (
+            circuits.direct_logit_attribution,
+            dict(model=tiny_decoder(), writes=randn(1, 2, 3, 8), final_residual=randn(1, 3, 8)),
+        ),
+        {"model": INSTANCE, "writes": MATCHED, "final_residual": MATCHED},
+    ),
     # pretrained.minilm
     "attention_course.pretrained.minilm.EncoderConfig": Case(
         lambda: (minilm.EncoderConfig, dict(**TINY_ENCODER, num_segments=2, norm_eps=1e-12)),
@@ -1555,6 +1602,8 @@ EXEMPT = {
     "(tests/checks)",
     "attention_course.data.RegressionData": "a NamedTuple record of four tensors; "
     "make_synthetic_regression fills it",
+    "attention_course.pretrained.circuits.DecoderTrace": "a namedtuple record of tensors; "
+    "trace_decoder fills it (test_circuits)",
     "attention_course.costs.AttentionCosts": "a frozen dataclass record of numbers; "
     "attention_costs fills it (test_costs)",
     "attention_course.pretrained.minilm.TokenBatch": "a dataclass record the tokenizer fills; "

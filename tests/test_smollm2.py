@@ -253,3 +253,12 @@ def test_stored_reference_is_what_transformers_computes_and_what_the_course_comp
                     top.values, torch.tensor(stored["top_logits"]), rtol=0, atol=1e-4
                 )
         assert course[0].generate(ids, 24)[0, len(stored["ids"]) :].tolist() == stored["greedy"]
+
+
+def test_load_smollm2_reuses_an_open_reader_and_refuses_anything_else(course):
+    model, _ = pretrained.load_smollm2(reader=pretrained.read_gguf())
+    assert model.lm_head.weight is model.embed.weight  # still tied
+    for ours, theirs in zip(model.parameters(), course[0].parameters()):
+        assert torch.equal(ours, theirs)
+    with pytest.raises(TypeError, match="reader must be a gguf.GGUFReader"):
+        pretrained.load_smollm2(reader="SmolLM2.gguf")

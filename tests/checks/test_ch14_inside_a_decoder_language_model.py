@@ -96,3 +96,59 @@ def test_induction_targets_check_names_the_cause_of_each_slip():
     ):
         with pytest.raises(CheckFailed, match=message):
             checks.check_induction_targets(answer)
+
+
+def key_patched_with_the_package(x, source, w_q, w_k, base):
+    """Queries from x, keys from source, both rotated by the package's RoPE, causal softmax."""
+    positions = torch.arange(len(x))
+    q = attention_course.apply_rotary(x @ w_q.T, positions, base)
+    k = attention_course.apply_rotary(source @ w_k.T, positions, base)
+    scores = q @ k.T / w_q.shape[0] ** 0.5
+    causal = torch.ones(len(x), len(x), dtype=torch.bool).tril()
+    return scores.masked_fill(~causal, float("-inf")).softmax(-1)
+
+
+def test_key_patched_weights_check_accepts_the_package_rope_and_names_the_slips():
+    checks.check_key_patched_weights(key_patched_with_the_package)
+    slips = {
+        "keys from source, queries from x": lambda x, s, q, k, b: key_patched_with_the_package(
+            s, x, q, k, b
+        ),
+        "not rotated": lambda x, s, q, k, b: (
+            ((x @ q.T) @ (s @ k.T).T / q.shape[0] ** 0.5)
+            .masked_fill(~torch.ones(len(x), len(x), dtype=torch.bool).tril(), float("-inf"))
+            .softmax(-1)
+        ),
+        "mask keys s > t": lambda x, s, q, k, b: (
+            attention_course.apply_rotary(x @ q.T, torch.arange(len(x)), b)
+            @ attention_course.apply_rotary(s @ k.T, torch.arange(len(x)), b).T
+            / q.shape[0] ** 0.5
+        ).softmax(-1),
+    }
+    for message, wrong in slips.items():
+        with pytest.raises(CheckFailed, match=message):
+            checks.check_key_patched_weights(wrong)
+
+
+def attribution_with_rms_norm(write, final, gain, unembedding, eps):
+    """PyTorch's RMSNorm of the final stream gives the scale 1 / rms; applied to the write."""
+    norm = torch.nn.RMSNorm(final.shape[1], eps=eps, dtype=torch.float64)
+    with torch.no_grad():
+        norm.weight.copy_(gain)
+        scale = norm(final) / (final * gain)  # 1 / rms, per position
+    return (write * gain * scale[:, :1]) @ unembedding.T
+
+
+def test_logit_attribution_check_accepts_rms_norm_and_names_the_slips():
+    checks.check_logit_attribution(attribution_with_rms_norm)
+
+    def own_norm(write, final, gain, unembedding, eps):
+        return attribution_with_rms_norm(write, write, gain, unembedding, eps)
+
+    def no_gain(write, final, gain, unembedding, eps):
+        return attribution_with_rms_norm(write, final, torch.ones_like(gain), unembedding, eps)
+
+    with pytest.raises(CheckFailed, match="its own root mean square"):
+        checks.check_logit_attribution(own_norm)
+    with pytest.raises(CheckFailed, match="scale g"):
+        checks.check_logit_attribution(no_gain)

@@ -72,7 +72,12 @@ from .ch12_tiled_attention import check_causal_tiles, check_online_softmax_updat
 from .ch13_inside_a_pretrained_model import check_ablate_head, check_previous_word_targets
 
 # chapter 14: Inside a real decoder language model
-from .ch14_inside_a_decoder_language_model import check_half_split_rows, check_induction_targets
+from .ch14_inside_a_decoder_language_model import (
+    check_half_split_rows,
+    check_induction_targets,
+    check_key_patched_weights,
+    check_logit_attribution,
+)
 
 # chapter 15: Multi-head latent attention
 from .ch15_multi_head_latent_attention import (

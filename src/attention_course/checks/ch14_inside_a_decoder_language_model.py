@@ -146,3 +146,156 @@ def check_induction_targets(fn, seed=0):
             atol=0,
         )
     passed("your induction targets", len(cases))
+
+
+def _rope_by_formula(x, base):
+    """Half-split RoPE of x (L, d) at positions 0 .. L-1, pair (i, i + d/2) turned by t theta_i,
+    theta_i = base^(-2i/d): the formula written out, in float64."""
+    length, dim = x.shape
+    half = dim // 2
+    theta = base ** (-torch.arange(half, dtype=torch.float64) * 2 / dim)  # (d/2,)
+    angles = torch.arange(length, dtype=torch.float64)[:, None] * theta  # (L, d/2)
+    first, second = x[:, :half], x[:, half:]
+    return torch.cat(
+        [
+            first * angles.cos() - second * angles.sin(),
+            first * angles.sin() + second * angles.cos(),
+        ],
+        dim=1,
+    )
+
+
+def _patched_weights_by_formula(
+    x,
+    source,
+    w_q,
+    w_k,
+    base,
+    queries_from_x=True,
+    rotate_keys=True,
+    rotate_queries=True,
+    causal=True,
+    scaled=True,
+):
+    """softmax over keys s <= t of q_t . k_s / sqrt(d): q from x, k from source (and the slips)."""
+    q = (x if queries_from_x else source) @ w_q.T
+    q = _rope_by_formula(q, base) if rotate_queries else q
+    k = (source if queries_from_x else x) @ w_k.T
+    k = _rope_by_formula(k, base) if rotate_keys else k
+    scores = q @ k.T / (q.shape[1] ** 0.5 if scaled else 1.0)
+    if causal:
+        upper = torch.ones_like(scores, dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(upper, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+def _patched_cases(seed):
+    """(name, x, source, w_q, w_k, base): one head's streams and projections, float64."""
+    shapes = [
+        ("6 tokens, width 8, d_h 4", 6, 8, 4, 10000.0),
+        ("9 tokens, width 12, d_h 6", 9, 12, 6, 100.0),
+        ("1 token", 1, 4, 2, 10000.0),
+    ]
+    cases = []
+    for number, (name, length, width, dim, base) in enumerate(shapes):
+        x, source = (random((length, width), seed, 10 * number + k).double() for k in (0, 1))
+        w_q, w_k = (random((dim, width), seed, 10 * number + k).double() for k in (2, 3))
+        cases.append((name, x, source, w_q, w_k, base))
+    return cases
+
+
+@self_check
+def check_key_patched_weights(fn, seed=0):
+    """Check fn(x (L, D), source (L, D), w_q (d, D), w_k (d, D), base) -> (L, L): one head's
+    causal attention weights with queries RoPE(x W_Q^T) and keys RoPE(source W_K^T) (half-split
+    RoPE at positions 0 .. L-1), scaled by 1/sqrt(d): the key-path patch. Chapter 14,
+    exercise 6."""
+    cases = _patched_cases(seed)
+    for case, x, source, w_q, w_k, base in cases:
+        expected = _patched_weights_by_formula(x, source, w_q, w_k, base)
+        got = run(fn, (x.clone(), source.clone(), w_q, w_k, base), case)
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape and len(x) > 1:
+            slips = [
+                (
+                    dict(queries_from_x=False),
+                    "your queries come from source and your keys from "
+                    "x; the patch is the other way round: keys from source, queries from x",
+                ),
+                (
+                    dict(rotate_keys=False),
+                    "your keys are not rotated: RoPE turns keys as well as "
+                    "queries, by their own positions",
+                ),
+                (
+                    dict(rotate_keys=False, rotate_queries=False),
+                    "your queries and keys are not rotated: RoPE turns both by their positions",
+                ),
+                (
+                    dict(causal=False),
+                    "a query sees keys after it: mask keys s > t before the softmax",
+                ),
+                (dict(scaled=False), "scale the scores by 1 / sqrt(d), d the head size"),
+            ]
+            for options, hint in slips:
+                wrong = _patched_weights_by_formula(x, source, w_q, w_k, base, **options)
+                if torch.allclose(got.double(), wrong, atol=1e-8) and not torch.allclose(
+                    wrong, expected, atol=1e-8
+                ):
+                    raise CheckFailed(f"case '{case}': {hint}")
+        compare(got, expected, case, "weights", atol=1e-8)
+    passed("your key-patched attention weights", len(cases))
+
+
+def _attribution_by_loop(write, final, gain, unembedding, eps, own_norm=False, with_gain=True):
+    """(L, V): for each position, the write scaled as the final RMSNorm scales the stream,
+    dotted with each token's unembedding row (and the slips)."""
+    out = torch.empty(write.shape[0], unembedding.shape[0], dtype=torch.float64)
+    for t in range(write.shape[0]):
+        stream = write[t] if own_norm else final[t]
+        rms = (stream.pow(2).mean() + eps).sqrt()
+        scaled = write[t] * (gain if with_gain else 1.0) / rms
+        for token in range(unembedding.shape[0]):
+            out[t, token] = (unembedding[token] * scaled).sum()
+    return out
+
+
+def _attribution_cases(seed):
+    """(name, write (L, D), final (L, D), gain (D,), unembedding (V, D), eps), float64."""
+    shapes = [
+        ("5 positions, width 8, 11 tokens", 5, 8, 11, 1e-5),
+        ("3 positions, width 6, 20 tokens", 3, 6, 20, 1e-6),
+    ]
+    cases = []
+    for number, (name, length, width, vocab, eps) in enumerate(shapes):
+        write, final = (random((length, width), seed, 10 * number + k).double() for k in (4, 5))
+        final = 3 * final  # the whole stream is larger than one head's write
+        gain = 1 + random((width,), seed, 10 * number + 6).double().abs()
+        unembedding = random((vocab, width), seed, 10 * number + 7).double()
+        cases.append((name, write, final, gain, unembedding, eps))
+    return cases
+
+
+@self_check
+def check_logit_attribution(fn, seed=0):
+    """Check fn(write (L, D), final_residual (L, D), gain (D,), unembedding (V, D), eps) ->
+    (L, V): the direct logit attribution of a write, the final RMSNorm linearised at the actual
+    stream (g * write / rms(final_residual), then the unembedding). Chapter 14, exercise 7."""
+    cases = _attribution_cases(seed)
+    for case, write, final, gain, unembedding, eps in cases:
+        expected = _attribution_by_loop(write, final, gain, unembedding, eps)
+        got = run(fn, (write.clone(), final.clone(), gain, unembedding, eps), case)
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            slips = [
+                (
+                    dict(own_norm=True),
+                    "you normalised the write by its own root mean square; "
+                    "the final norm divides by the whole stream's, final_residual's",
+                ),
+                (dict(with_gain=False), "you left out the norm's scale g (gain)"),
+            ]
+            for options, hint in slips:
+                wrong = _attribution_by_loop(write, final, gain, unembedding, eps, **options)
+                if torch.allclose(got.double(), wrong, atol=1e-8):
+                    raise CheckFailed(f"case '{case}': {hint}")
+        compare(got, expected, case, "attribution", atol=1e-8)
+    passed("your direct logit attribution", len(cases))

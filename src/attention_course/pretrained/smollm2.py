@@ -21,7 +21,7 @@ import pathlib
 import numpy as np
 import torch
 
-from .._shapes import require_instance
+from .._shapes import require_instance, type_name
 from ..config import DecoderConfig
 from ..decoding import TinyDecoder
 from ..rotary import interleaved_to_half_split
@@ -152,13 +152,21 @@ def load_gguf_tokenizer(reader):
     return tokenizer
 
 
-def load_smollm2(dtype=torch.float32, device=None):
+def load_smollm2(dtype=torch.float32, device=None, reader=None):
     """(model, tokenizer): SmolLM2-135M-Instruct's dequantized weights in a
-    TinyDecoder (dtype, device) and its tokenizer (a tokenizers.Tokenizer). Chapter 14."""
-    reader = read_gguf()
+    TinyDecoder (dtype, device) and its tokenizer (a tokenizers.Tokenizer).
+    reader: a GGUFReader of the file already open (read_gguf()), so as not to
+    parse the file twice. Chapter 14."""
+    if reader is None:
+        reader = read_gguf()
+    elif not hasattr(reader, "tensors") or not hasattr(reader, "fields"):
+        raise TypeError(f"reader must be a gguf.GGUFReader (read_gguf()), got {type_name(reader)}")
     config = DecoderConfig.from_gguf(reader)
-    model = TinyDecoder.from_config(config)
-    model.load_state_dict(decoder_state_dict(dequantized(reader), config))
+    # built without drawing random weights (the file's replace them all)
+    with torch.device("meta"):
+        model = TinyDecoder.from_config(config)
+    model.load_state_dict(decoder_state_dict(dequantized(reader), config), assign=True)
+    model.lm_head.weight = model.embed.weight  # tied: one matrix, two uses
     return model.to(device=device, dtype=dtype).eval(), load_gguf_tokenizer(reader)
 
 

@@ -1,0 +1,148 @@
+"""trace_decoder and direct_logit_attribution (chapter 14) against independent references:
+transformers' Llama in float64 (its hidden states), the course's own DecoderBlock.attend with a
+head silenced by ablated_heads (what one head writes), forward hooks on the projections (a path
+patch done by other means), and a loop over the vocabulary (the linearised final norm)."""
+
+import pytest
+import torch
+from test_decoding import hugging_face_twin, tiny, token_ids
+from test_smollm2 import float64_rotary, rms_norm_in_its_dtype
+
+from attention_course.pretrained import (
+    ablated_heads,
+    direct_logit_attribution,
+    trace_decoder,
+)
+
+
+def test_residuals_and_logits_equal_transformers_hidden_states_in_float64(monkeypatch):
+    """transformers' hidden_states: the embeddings, then each layer's output, the last one
+    after the final norm. With its RoPE angles, RMSNorms and softmax in float64 they agree
+    to 1e-10."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    model = tiny(dtype=torch.float32).to(torch.float64)  # weights exact in both dtypes
+    twin = hugging_face_twin(model).to(torch.float64)
+    twin.config._attn_implementation = "sdpa"  # eager's softmax is float32 whatever the dtype
+    monkeypatch.setattr(twin.model.rotary_emb, "forward", float64_rotary(10000.0, 8))
+    monkeypatch.setattr(LlamaRMSNorm, "forward", rms_norm_in_its_dtype)
+    ids = token_ids(3, 17)
+    with torch.no_grad():
+        theirs = twin(ids, output_hidden_states=True)
+    trace = trace_decoder(model, ids)
+    for layer in range(len(model.blocks)):  # the stream entering each block
+        torch.testing.assert_close(
+            trace.residuals[layer], theirs.hidden_states[layer], rtol=0, atol=1e-10
+        )
+    torch.testing.assert_close(
+        model.norm(trace.residuals[-1]), theirs.hidden_states[-1], rtol=0, atol=1e-10
+    )
+    torch.testing.assert_close(trace.logits, theirs.logits, rtol=0, atol=1e-10)
+    _, weights = model.forward_with_weights(ids)
+    for ours, expected in zip(trace.weights, weights):
+        torch.testing.assert_close(ours, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_what_a_head_writes_is_what_silencing_it_removes(layer):
+    model = tiny()
+    ids = token_ids(2, 11, seed=1)
+    trace = trace_decoder(model, ids, head_layers=[layer])
+    block = model.blocks[layer]
+    positions = torch.arange(ids.shape[1])
+    normed = block.attention_norm(trace.residuals[layer])
+    with torch.no_grad():
+        everything = block.attend(normed, positions)[0]
+        for head in range(block.attention.num_heads):
+            with ablated_heads(model, [(layer, head)]):
+                without = block.attend(normed, positions)[0]
+            torch.testing.assert_close(
+                trace.heads[layer][:, head], everything - without, rtol=0, atol=1e-12
+            )
+    assert set(trace.heads) == {layer}
+
+
+def hooked_logits(model, ids, layer, path, source):
+    """model(ids) with one projection of one layer fed the normed `source` stream."""
+    projection = getattr(model.blocks[layer].attention, f"{path[0]}_proj")
+    norm = model.blocks[layer].attention_norm
+
+    def from_source(module, inputs, output):
+        return torch.nn.functional.linear(norm(source), module.weight)
+
+    handle = projection.register_forward_hook(from_source)
+    try:
+        with torch.no_grad():
+            return model(ids)
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("path", ["query", "key", "value"])
+def test_a_path_patch_equals_feeding_the_projection_another_stream(path):
+    model = tiny(seed=2)
+    ids = token_ids(2, 13, seed=3)
+    with ablated_heads(model, [(0, 1), (0, 3)]):
+        silenced = trace_decoder(model, ids)
+    patched = trace_decoder(model, ids, patches={(1, path): silenced.residuals[1]})
+    expected = hooked_logits(model, ids, 1, path, silenced.residuals[1])
+    torch.testing.assert_close(patched.logits, expected, rtol=0, atol=1e-12)
+    assert not torch.allclose(patched.logits, trace_decoder(model, ids).logits)
+
+
+def test_patching_every_path_from_the_runs_own_stream_changes_nothing():
+    model = tiny()
+    ids = token_ids(2, 9)
+    trace = trace_decoder(model, ids)
+    patches = {
+        (layer, path): trace.residuals[layer]
+        for layer in (0, 1)
+        for path in ("query", "key", "value")
+    }
+    torch.testing.assert_close(
+        trace_decoder(model, ids, patches).logits, trace.logits, rtol=0, atol=1e-12
+    )
+
+
+def test_direct_logit_attribution_by_a_loop_and_summing_to_the_logits():
+    model = tiny()
+    ids = token_ids(2, 7)
+    trace = trace_decoder(model, ids, head_layers=[0, 1])
+    final = trace.residuals[-1]
+    got = direct_logit_attribution(model, trace.heads[1], final)  # (batch, H, seq, vocab)
+    g, unembedding = model.norm.weight, model.lm_head.weight
+    for b in range(2):
+        for t in range(7):
+            rms = (final[b, t].pow(2).mean() + model.norm.eps).sqrt()
+            for h in range(trace.heads[1].shape[1]):
+                for token in range(0, model.vocab_size, 7):
+                    expected = (unembedding[token] * g * trace.heads[1][b, h, t]).sum() / rms
+                    assert abs(got[b, h, t, token] - expected) < 1e-12
+    # the stream is the embedding plus every sublayer's write: their attributions sum up
+    writes = [trace.residuals[0]] + [
+        trace.residuals[i + 1] - trace.residuals[i] for i in range(len(model.blocks))
+    ]
+    total = sum(direct_logit_attribution(model, w, final) for w in writes)
+    torch.testing.assert_close(total, trace.logits, rtol=0, atol=1e-10)
+
+
+def test_bad_arguments_name_themselves():
+    model = tiny()
+    ids = token_ids(1, 5)
+    stream = torch.zeros(1, 5, 32, dtype=torch.float64)
+    with pytest.raises(ValueError, match="path must be one of"):
+        trace_decoder(model, ids, {(0, "keys"): stream})
+    with pytest.raises(ValueError, match="layer 2 outside"):
+        trace_decoder(model, ids, {(2, "key"): stream})
+    with pytest.raises(ValueError, match=r"patches\[\(0, 'key'\)\] \(1, 4, 32\)"):
+        trace_decoder(model, ids, {(0, "key"): stream[:, :4]})
+    with pytest.raises(TypeError, match="patches must be a dict"):
+        trace_decoder(model, ids, [stream])
+    with pytest.raises(ValueError, match="head_layers' layer 5"):
+        trace_decoder(model, ids, head_layers=[5])
+    with pytest.raises(TypeError, match="model must be a TinyDecoder"):
+        trace_decoder(torch.nn.Linear(2, 2), ids)
+    with pytest.raises(ValueError, match="writes"):
+        direct_logit_attribution(model, stream[:, :4], stream)
+    with pytest.raises(ValueError, match="final_residual"):
+        direct_logit_attribution(model, stream, stream[..., :8])
