@@ -43,6 +43,27 @@ def test_residuals_and_logits_equal_transformers_hidden_states_in_float64(monkey
         torch.testing.assert_close(ours, expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8},
+        {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 8},
+    ],
+)
+def test_a_trace_follows_the_models_rope_scaling(scaling):
+    """Under chapter 10's rope_scaled, the trace's logits are the model's own, and differ from
+    the unscaled ones (the scaling reached the trace)."""
+    model = tiny(dtype=torch.float64)
+    ids = token_ids(2, 21)
+    with torch.no_grad():
+        unscaled = model(ids)
+        with model.rope_scaled(scaling):
+            expected = model(ids)
+            trace = trace_decoder(model, ids)
+    torch.testing.assert_close(trace.logits, expected, rtol=0, atol=1e-10)
+    assert (expected - unscaled).abs().max() > 1e-3
+
+
 @pytest.mark.parametrize("layer", [0, 1])
 def test_what_a_head_writes_is_what_silencing_it_removes(layer):
     model = tiny()

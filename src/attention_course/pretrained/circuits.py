@@ -12,6 +12,7 @@ from collections import namedtuple
 import torch
 
 from .. import _kernels
+from .._scaling import rotate
 from .._shapes import is_integer, require_float, require_instance, shape_of, type_name
 from ..decoding import TinyDecoder
 
@@ -82,9 +83,10 @@ def _attention(block, x, positions, sources):
     q = _kernels.split_heads(layer.q_proj(normed["query"]), layer.num_heads)
     k = _kernels.split_heads(layer.k_proj(normed["key"]), layer.num_kv_heads)
     v = _kernels.split_heads(layer.v_proj(normed["value"]), layer.num_kv_heads)
-    # rotate queries and keys at their positions
-    q = _kernels.rotate(q, positions, block.base)
-    k = _kernels.rotate(k, positions, block.base)
+    # rotate queries and keys at their positions, in one call as the block does,
+    # with the config's RoPE scaling if it has one (chapter 10)
+    rotated = rotate(torch.cat([q, k], dim=1), positions, block.base, block.config.rope_scaling)
+    q, k = rotated.split([q.shape[1], k.shape[1]], dim=1)
     # causal (and windowed) attention: outputs (batch, H, L, d_h)
     mask = _kernels.allowed_by_position(positions, positions, block.window, block.sinks)
     outputs, weights = _kernels.grouped_attention(q, k, v, mask.to(x.device))
