@@ -137,17 +137,15 @@ def reset_peak_resident_bytes():
 # with the given arguments to get (warm_up, call) pairs, and prints the peak
 # extra resident bytes of each call after its warm-up.
 _FRESH_PROCESS = """
-import ctypes, importlib, json, sys
+import importlib, json, sys
 import torch
 from attention_course.measure import resident_bytes, reset_peak_resident_bytes
 module, name = sys.argv[1].split(":")
 cases = getattr(importlib.import_module(module), name)(*json.loads(sys.argv[2]))
 torch.set_num_threads(1)
-lock_pages = getattr(ctypes.CDLL(None), "mlockall", lambda flags: -1)
 with torch.no_grad():
     for warm_up, call in cases:
         warm_up()              # one-off allocations of this size: not measured
-        lock_pages(1)          # MCL_CURRENT; without the right, nothing
         before = resident_bytes()
         reset_peak_resident_bytes()
         result = call()
@@ -170,9 +168,9 @@ def peak_extra_bytes(target, *arguments):
     block cannot be reused unseen; smaller blocks may come from memory freed
     earlier and go uncounted, and the peak may fall below the memory of the
     call's output (a reading wobbles by a few hundred KiB from run to run).
-    Where it has the right to, the process locks the pages it holds before
-    each call, so that a machine short of memory cannot evict the pages of
-    its libraries during the call and make the reading fall by their size.
+    On a machine short of memory the system may evict pages of the
+    process's libraries during a call, and the reading falls by their size:
+    it can then read less than the output, or nothing.
     Returns a list of ints, one per pair. Chapter 12."""
     if not isinstance(target, str):
         raise TypeError(f"target must be a string 'module:function', got {type_name(target)}")
