@@ -1,5 +1,5 @@
 """Checks of chapter 14's exercises: undoing the GGUF converter's reordering of W_Q and W_K rows,
-and the targets of an induction head."""
+the targets of an induction head, the key-path patch's weights and direct logit attribution."""
 
 import torch
 
@@ -208,8 +208,8 @@ def _patched_cases(seed):
 def check_key_patched_weights(fn, seed=0):
     """Check fn(x (L, D), source (L, D), w_q (d, D), w_k (d, D), base) -> (L, L): one head's
     causal attention weights with queries RoPE(x W_Q^T) and keys RoPE(source W_K^T) (half-split
-    RoPE at positions 0 .. L-1), scaled by 1/sqrt(d): the key-path patch. Chapter 14,
-    exercise 6."""
+    RoPE at positions 0 .. L-1), scaled by 1/sqrt(d): the key-path patch, exercise 6.
+    Chapter 14."""
     cases = _patched_cases(seed)
     for case, x, source, w_q, w_k, base in cases:
         expected = _patched_weights_by_formula(x, source, w_q, w_k, base)
