@@ -32,6 +32,20 @@ from .config import DecoderConfig
 from .multihead import GroupedQueryAttention
 
 
+@contextlib.contextmanager
+def _overridden(config, **fields):
+    """Within the block, config's fields (read by every layer) take the given
+    values; the old ones come back after, whatever happens."""
+    saved = {name: getattr(config, name) for name in fields}
+    try:
+        for name, value in fields.items():
+            setattr(config, name, value)
+        yield config
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
+
+
 class KVCache:
     """One layer's key-value cache.
 
@@ -339,13 +353,8 @@ class TinyDecoder(nn.Module):
         `window` tokens and keeps the first `sinks` (masks and new caches
         alike), as if built with them; its own settings come back after. Chapter 11."""
         check_window(window, sinks)
-        config = self.config
-        saved = config.window, config.sinks
-        try:
-            config.window, config.sinks = window, sinks  # read by every layer
+        with _overridden(self.config, window=window, sinks=sinks):
             yield self
-        finally:
-            config.window, config.sinks = saved
 
     @contextlib.contextmanager
     def rope_scaled(self, scaling=None, base=None):
@@ -360,12 +369,8 @@ class TinyDecoder(nn.Module):
             require_number("base", base, 1, strict=True)
         new_base = config.rope_base if base is None else float(base)
         checked = check_scaling(scaling, new_base, config.context_length, name="scaling")
-        saved = config.rope_scaling, config.rope_base
-        try:
-            config.rope_scaling, config.rope_base = checked, new_base  # read by every layer
+        with _overridden(config, rope_scaling=checked, rope_base=new_base):
             yield self
-        finally:
-            config.rope_scaling, config.rope_base = saved
 
     def _check_ids(self, ids):
         require_integer("ids", ids, 2, what="integer token ids")
