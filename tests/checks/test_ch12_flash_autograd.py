@@ -104,11 +104,13 @@ def flash_by_key_blocks(mistake=None):
                         dk[..., cols, :] = ds.transpose(-2, -1) @ q * scale
                     else:
                         dv[..., cols, :] += p.transpose(-2, -1) @ g
-                        dk[..., cols, :] += ds.transpose(-2, -1) @ q * scale
+                        dk_scale = 1 if mistake == "dK unscaled" else scale
+                        dk[..., cols, :] += ds.transpose(-2, -1) @ q * dk_scale
+                    dq_scale = 1 if mistake == "dQ unscaled" else scale
                     if mistake == "dQ assigned":
                         dq[..., rows, :] = ds @ k * scale
                     else:
-                        dq[..., rows, :] += ds @ k * scale
+                        dq[..., rows, :] += ds @ k * dq_scale
             return dq, dk, dv, None, None, None
 
     return Flash
@@ -159,6 +161,8 @@ def test_flash_check_passes_an_independent_answer(capsys):
         ("saves the weights", r"you saved tensors of shapes .*\(20, 13\)\]"),
         ("tile delta", "not one tile's"),
         ("no mask in backward", "forward pass's causal mask"),
+        ("dK unscaled", r"dK = dS\^T Q / sqrt\(d\)"),
+        ("dQ unscaled", r"dQ = dS K / sqrt\(d\)"),
     ],
 )
 def test_flash_check_explains_the_usual_mistakes(mistake, message):

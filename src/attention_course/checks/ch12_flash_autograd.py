@@ -221,8 +221,9 @@ _FORWARD_MISTAKES = (
 _BACKWARD_MISTAKES = (
     (
         "tile delta",
-        "D_i sums over the query's whole row of weights, not one "
-        "tile's: compute D_i = dO_i . O_i once, before the loop",
+        "zeta_i (FlashAttention-2's D_i) sums over the query's whole row of "
+        "weights, not one tile's: compute zeta_i = dO_i . o_i once, before "
+        "the loop",
     ),
     (
         "no scale",
@@ -258,8 +259,8 @@ _GRADIENT_HINTS = (
     (
         0,
         "dQ",
-        "dV is right, so the weights are; dS = Phi o (dPhi - D) with "
-        "D_i = dO_i . O_i, and dQ = dS K / sqrt(d)",
+        "dV is right, so the weights are; dS = Phi o (dPhi - zeta) with "
+        "zeta_i = dO_i . o_i, and dQ = dS K / sqrt(d)",
     ),
     (1, "dK", "dK = dS^T Q / sqrt(d), summed over every query block"),
 )
