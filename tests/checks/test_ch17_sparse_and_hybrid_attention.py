@@ -337,6 +337,10 @@ def right_scores_of_cached_keys(queries, eta, keys):
             "weight head i's ReLU by its eta_i",
         ),
         (
+            index_step_with(lambda q, e, keys: e.softmax(0) @ (q @ keys.T).relu()),
+            r"softmax\(eta\)",
+        ),
+        (
             index_step_with(lambda q, e, keys: (e[:, None] * (q @ keys.T)).relu().sum(0)),
             "ReLU after weighting by eta_i",
         ),

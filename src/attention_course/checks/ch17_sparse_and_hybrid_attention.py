@@ -490,15 +490,33 @@ def _index_step_hint(chosen, queries, eta, keys, k):
         ),
         (
             dots.relu().sum(0),
-            "your heads all count 1: weight head i's ReLU by its eta_i (which may be negative)",
+            "your heads all count 1"
+            + (
+                " (or are weighted by softmax(eta), which chooses the same keys here)"
+                if torch.equal(
+                    _top(dots.relu().sum(0), kept), _top(eta.softmax(0) @ dots.relu(), kept)
+                )
+                else ""
+            )
+            + ": weight head i's ReLU by its eta_i (which may be negative)",
+        ),
+        (
+            eta.softmax(0) @ dots.relu(),
+            "you weighted the heads by softmax(eta): the indexer weights head i's ReLU by "
+            "eta_i as it is, a weight that may be negative, not a distribution",
         ),
         (-right, "you chose the lowest scores: keep the k largest"),
     ):
-        top = torch.zeros(keys.shape[0], dtype=torch.bool)
-        top[scores.topk(kept).indices] = True
-        if torch.equal(chosen, top):
+        if torch.equal(chosen, _top(scores, kept)):
             return hint
     return None
+
+
+def _top(scores, kept):
+    """True at the `kept` largest scores (n + 1,)."""
+    top = torch.zeros(scores.shape[0], dtype=torch.bool)
+    top[scores.topk(kept).indices] = True
+    return top
 
 
 @self_check
