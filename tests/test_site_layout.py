@@ -34,11 +34,18 @@ OPEN_FOLDED = """() => {
 }"""
 
 # What does not fit: a code or output block, a table or a display equation whose content is
-# wider than its box (it scrolls sideways), or that reaches past the article's right edge.
+# wider than its box (it scrolls sideways), or that reaches past the article's right edge; for
+# an equation, its typeset maths too (it can spill out of a box that does not grow).
 MEASURE = """() => {
   const article = document.querySelector('article.bd-article');
   const right = article.getBoundingClientRect().right + 1;
+  const left = article.getBoundingClientRect().left - 1;
   const cut = e => e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right > right;
+  // an equation's typeset maths, not only its box, must lie inside the article
+  const mathCut = e => cut(e) || [...e.querySelectorAll('mjx-math')].some(m => {
+    const r = m.getBoundingClientRect();
+    return r.right > right || r.left < left;
+  });
   const scrolls = e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
   const text = e => e.textContent.trim().slice(0, 70);
   const tables = [...article.querySelectorAll('table')].map(
@@ -47,8 +54,9 @@ MEASURE = """() => {
   return {
     pre: [...article.querySelectorAll('pre')].filter(cut).map(text),
     tables: tables.filter(cut).map(text),
-    maths: maths.filter(cut).map(text),
-    unreachable: [...tables, ...maths].filter(e => cut(e) && !scrolls(e)).map(text),
+    maths: maths.filter(mathCut).map(text),
+    unreachable: [...tables.filter(cut), ...maths.filter(mathCut)].filter(
+      e => !scrolls(e)).map(text),
     pageWidth: document.documentElement.scrollWidth,
     windowWidth: window.innerWidth,
     text: article.innerText,
