@@ -369,7 +369,8 @@ def test_a_displayed_equation_counts_once_and_its_latex_is_not_prose():
 
 
 # One notation for the whole course: notation.md's table, and the clashes a pattern can find.
-MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+?\$", re.S)
+# a formula: $$display$$, or $inline$, which may wrap onto the next line but not past a blank one
+MATH = re.compile(r"\$\$.*?\$\$|\$(?:[^$\n]|\n(?![ \t]*\n))+?\$", re.S)
 # name -> (pattern that must not occur in the maths of a chapter, the table's symbol instead)
 NOTATION_CLASHES = {
     "H as the entropy (H is the number of heads)": (
@@ -394,14 +395,14 @@ NOTATION_CLASHES = {
         r"(?<![\w\\])W\s*=\s*\d|\\min\(n,\s*W\)",
         "w",
     ),
-    "alpha or beta as an angle (alpha is a weight)": (r"R\(\\alpha|R\(\\beta", r"R(\phi)"),
+    "alpha or beta as an angle (alpha is a weight)": (r"R\(\\alpha|R\(\\beta", r"R(\psi)"),
     "kappa as the kurtosis (kappa is RoPE's scaling factor)": (r"\\kappa\s*\(", r"\kappa"),
     "ell outside chapter 12 (ell is its running sum)": (r"\\ell", r"\ell"),
     "M as the SRAM's size (M is the mask)": (
         r"SRAM of size \$M\$|(?<![\w\\])M\^\{-1\}",
         r"M_\text{SRAM}",
     ),
-    "D_i as the backward pass's row term (D is the number of features)": (
+    "D_i as the backward pass's row term (D_t is RoPE's block rotation)": (
         r"(?<![\w\\])D_i\b",
         r"\zeta_i",
     ),
@@ -416,9 +417,36 @@ NOTATION_CLASHES = {
     ),
     "key index first (the query comes first)": (r"\\alpha_\{ji\}", r"\alpha_i"),
     "gamma_i as RoPE scaling's blend (gamma is a decay)": (r"\\gamma_i\b", r"\chi_i"),
+    "phi as an angle (phi is linear attention's feature map)": (
+        r"R\(\\phi|\\cos\s*\\phi|angle \$\\phi",
+        r"R(\psi)",
+    ),
+    "D as the number of features (D_t is RoPE's block rotation)": (
+        r"(?<![\w\\{])D\s*\\times|\\mathbb\{R\}\^\{?D\b|\\sqrt\{?D\b|(?<![\w\\{])D\^\{-",
+        r"d_\phi",
+    ),
+    "beta as YaRN's thresholds (beta_t is the delta rule's step size)": (
+        r"\\beta_\\text\{(?:fast|slow)\}",
+        r"\rho_\text{fast}",
+    ),
+    "a as a factor or a rate (a_j is the online softmax's running output)": (
+        r"(?<![\w\\{'])a\s*=\s*\\kappa|e\^\{?a\b",
+        r"\kappa_\text{dyn}",
+    ),
+    "T, U, W as the UT transform's matrices (T(i), U and W_Q mean other things)": (
+        r"(?<![\w\\{])[TUW]\s*=\s*(?:T\b|\(I)",
+        r"\mathcal{A}",
+    ),
+    "Delta as a chunk's corrections (Delta is the offset t - s)": (
+        r"\(I \+ A\)\\?,?\s*\\Delta|\\Delta\s*=\s*U",
+        r"\mathcal{D}",
+    ),
+    "b as a bound (b is RoPE's base)": (r"larger than \$b\$|\\le b\s*\(", r"b"),
 }
-# chapters still to be brought in line: (chapter prefix, clash); empty when all follow the table
-NOTATION_PENDING = set()
+# chapters still to be brought in line: (chapter prefix, clash); empty when all follow the table.
+# TEMPORARY: chapter 14 was being edited by another helper when formulas that wrap onto the next
+# line were first read; it writes o_{h,t} = W_O^{(h)} ... (the lead empties this after merging)
+NOTATION_PENDING = {("14", "h as a head index (h is the bandwidth)")}
 
 
 def notation_table():
@@ -441,6 +469,123 @@ def test_the_notation_table_gives_each_symbol_one_meaning():
     )
     for name, (_, instead) in NOTATION_CLASHES.items():
         assert instead in symbols, f"{name}: the table does not define {instead}"
+
+
+def letter(symbol):
+    """The letter a symbol is written with: its base, and a word subscript (d_\\text{model}),
+    which makes a symbol of its own; indices, primes and other subscripts are dropped."""
+    text = re.sub(r"\s+", "", re.match(_SYMBOL, symbol.strip()).group(0))
+    base = re.match(_BASE, text).group(0)
+    word = re.match(r"_\\text\{[^{}]*\}", text[len(base) :])
+    return base + (word.group(0) if word else "")
+
+
+# letters the table gives to symbols of several rows, and the sentence of notation.md's rule that
+# keeps them apart; every other letter has one row
+SHARED_LETTERS = {
+    "d": "$d$ with a subscript is a size",
+    "n": "$n$ with a subscript is a number of tokens, queries, keys or blocks",
+    "H": "$H$ with a subscript is a number of heads",
+    "W": "$W$ with a subscript or a superscript is a matrix of weights",
+    "k": "is a number of neighbours, and a key always carries its index",
+    "q": "$q$ and $k$ with a superscript are queries and keys of their own kind",
+    "K": "$K(q, k)$, with its two arguments, is a kernel; $K$ alone is the matrix of keys",
+    r"\kappa": r"$\kappa$, $\kappa_i$ and $\kappa_\text{dyn}$ are RoPE scaling's",
+    "c": "$c_t$ without a superscript is a context vector",
+    "B": "$B$ alone is a batch size; $B_r$ and $B_c$ are block sizes",
+    "s": "$s$ alone is a key's position; a score always carries its index",
+    "S": "$S$ alone, or with two indices, is a matrix of scores; with one index",
+    "g": "$g$ alone is the group size",
+    "h": "$h$ alone is a kernel's bandwidth; with an index",
+}
+
+
+def test_the_notation_table_gives_each_letter_one_meaning_or_a_rule():
+    rows = {}
+    for number, (row, _) in enumerate(notation_table()):
+        for symbol in row:
+            rows.setdefault(letter(symbol), set()).add(number)
+    shared = {name for name, numbers in rows.items() if len(numbers) > 1}
+    assert shared == SHARED_LETTERS.keys(), (
+        f"letters in several rows without a rule: {sorted(shared - SHARED_LETTERS.keys())}; "
+        f"rules no longer needed: {sorted(SHARED_LETTERS.keys() - shared)}"
+    )
+    text = (ROOT / "notation.md").read_text()
+    assert "A letter with a word as its subscript is a symbol of its own" in text
+    for name, rule in SHARED_LETTERS.items():
+        assert rule in text, f"notation.md does not state the rule for {name}: {rule!r}"
+
+
+def test_a_letter_with_a_word_subscript_is_its_own_letter():
+    assert letter(r"d_\text{model}") != letter("d_h") == letter("d") == "d"
+    assert letter(r"\kappa_\text{dyn}") == r"\kappa_\text{dyn}" != letter(r"\kappa_i")
+    assert letter(r"R(\psi)") == "R" and letter(r"\mathcal{S}_t") != letter("S_t") == "S"
+
+
+# the rules above that a pattern can check: (pattern, "only" or "not", chapters)
+LETTER_RULES = {
+    "S with one index is chapter 16's state": (
+        r"(?<![\w\\{])S_(?:[A-Za-z0-9](?![\w{])|\{[a-z0-9]\}|\{[a-z]\s*[-+]\s*1\})",
+        "only",
+        {"16"},
+    ),
+    "S alone is a matrix of scores, never chapter 16's state": (
+        r"(?<![\w\\{])S(?![_\w'])",
+        "not",
+        {"16"},
+    ),
+    "g with an index is chapter 16's log-decay": (r"(?<![\w\\{])g_", "only", {"16"}),
+    "g alone is the group size, never chapter 16's log-decay": (
+        r"(?<![\w\\{])g(?![_\w])",
+        "not",
+        {"16"},
+    ),
+    "h with an index is chapter 6's encoder state": (r"(?<![\w\\{])h_", "only", {"06"}),
+    "k alone is a number of neighbours (a key carries its index)": (
+        r"(?<![\w\\{])k(?![_\w^'])\s*(?:=\s*\d|\\le|\\ge|<|>)",
+        "only",
+        {"03", "17"},
+    ),
+}
+
+
+def test_the_letter_rules_are_found():
+    examples = {
+        "S with one index is chapter 16's state": [r"$S_t = S_{t-1}$", r"$S_{rc}$"],
+        "S alone is a matrix of scores, never chapter 16's state": [r"$S^\top k$", r"$S_t$"],
+        "g with an index is chapter 16's log-decay": [r"$g_t \le 0$", r"$W_g$"],
+        "g alone is the group size, never chapter 16's log-decay": [r"$H / g$", r"$g_t$"],
+        "h with an index is chapter 6's encoder state": [r"$h_{i-1}$", r"$2h^2$"],
+        "k alone is a number of neighbours (a key carries its index)": [r"$k = 8$", r"$k_i = 8$"],
+    }
+    assert examples.keys() == LETTER_RULES.keys()
+    for name, (found, not_found) in examples.items():
+        assert re.search(LETTER_RULES[name][0], found), name
+        assert not re.search(LETTER_RULES[name][0], not_found), name
+
+
+# chapters still to be brought in line with a rule: (chapter prefix, rule); chapters 1-9 are
+# still to be checked as a whole (see DEFINITIONS_CHECKED below): chapter 2 writes h_i = e^theta_i
+# for the bandwidth of dimension i
+LETTER_RULES_PENDING = {("02", "h with an index is chapter 6's encoder state")}
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.name)
+def test_chapters_keep_the_shared_letters_apart(path):
+    notebook = nbformat.read(path, as_version=4)
+    maths = [
+        m
+        for cell in notebook.cells
+        if cell.cell_type == "markdown"
+        for m in MATH.findall(cell.source)
+    ]
+    for name, (pattern, kind, chapters) in LETTER_RULES.items():
+        if (path.name[:2] in chapters) == (kind == "only") or (
+            (path.name[:2], name) in LETTER_RULES_PENDING
+        ):
+            continue
+        wrong = [m for m in maths if re.search(pattern, m)]
+        assert not wrong, f"{path.name}: {name} (notation.md): {wrong[:3]}"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.name)
@@ -477,7 +622,7 @@ def test_the_notation_clashes_are_found():
         "kappa as the kurtosis (kappa is RoPE's scaling factor)": r"$\kappa(Y) = 3$",
         "ell outside chapter 12 (ell is its running sum)": r"layer $\ell$",
         "M as the SRAM's size (M is the mask)": r"$\Theta(n^2 d^2 M^{-1})$",
-        "D_i as the backward pass's row term (D is the number of features)": r"$d\Phi_{ij} - D_i$",
+        "D_i as the backward pass's row term (D_t is RoPE's block rotation)": r"$d\Phi_{ij} - D_i$",
         "d and m as a 4-bit block's scale and minimum (d is a size, m a maximum)": (
             r"$w_j = d\, q_j + m$"
         ),
@@ -485,6 +630,21 @@ def test_the_notation_clashes_are_found():
         "T as a repeated stretch's length (T(i) is a pattern's targets)": r"key $t - T + 1$",
         "key index first (the query comes first)": r"$\alpha_{ji}$ for query $j$",
         "gamma_i as RoPE scaling's blend (gamma is a decay)": r"$(1 - \gamma_i)\,\theta_i$",
+        "phi as an angle (phi is linear attention's feature map)": r"$R(\phi) R(\psi)$",
+        "D as the number of features (D_t is RoPE's block rotation)": (
+            r"$\phi: \mathbb{R}^d \to" "\n" r"\mathbb{R}^D$"
+        ),
+        "beta as YaRN's thresholds (beta_t is the delta rule's step size)": (
+            r"more than $\beta_\text{fast} = 32$ turns"
+        ),
+        "a as a factor or a rate (a_j is the online softmax's running output)": (
+            r"$a = \kappa n / C - (\kappa - 1)$"
+        ),
+        "T, U, W as the UT transform's matrices (T(i), U and W_Q mean other things)": (
+            r"$T = (I + A)^{-1}$"
+        ),
+        "Delta as a chunk's corrections (Delta is the offset t - s)": r"$(I + A)\, \Delta = V$",
+        "b as a bound (b is RoPE's base)": r"larger than $b$ (in any norm)",
     }
     assert examples.keys() == NOTATION_CLASHES.keys()
     for name, example in examples.items():
@@ -493,6 +653,9 @@ def test_the_notation_clashes_are_found():
     assert not re.search(
         NOTATION_CLASHES["H as the entropy (H is the number of heads)"][0], r"$n H (d_h + d_v)$"
     )
+    # a formula broken across lines is one formula, and the next one is still found
+    assert MATH.findall("$a +\nb$ and $c$; $$d\n= e$$") == ["$a +\nb$", "$c$", "$$d\n= e$$"]
+    assert MATH.findall("$a$\n\nno formula $b$") == ["$a$", "$b$"]
 
 
 # --- every symbol a chapter defines is in the notation table ---------------------------------
@@ -504,20 +667,27 @@ _BASE = (
 _ARG = r"(?:\{(?:[^{}]|\{[^{}]*\})*\}|\\[A-Za-z]+(?:\{[^{}]*\})?|[A-Za-z0-9])"
 _SYMBOL = rf"{_BASE}(?:\s*(?:[_^]\s*{_ARG}|'|\\prime))*"
 # what a chapter defines: the left side of "=" or ":=" that opens a display equation (or a piece
-# of one, between \\ and \qquad), the right side of "=:", and "where $X$ is", "write $X$ for",
-# "with $X$ the", "$X$ denotes" in the prose
+# of one, between \\ and \qquad) or an inline formula ("$G_r = g_1 + \dots$", however it wraps),
+# the right side of "=:", and "where $X$ is", "write $X$ for", "with $X$ the", "$X$ denotes" in
+# the prose
 _DISPLAY = re.compile(r"\$\$(.*?)\$\$", re.S)
 _PIECES = re.compile(r"\\\\|\\qquad|\\quad")
 _LHS = re.compile(
     rf"^\s*(?:\\begin\{{\w+\}}\s*)?&?\s*({_SYMBOL})\s*(?:\([^()=]*\))?\s*&?\s*(?::=|=(?!:))"
 )
+_INLINE = re.compile(r"(?<!\$)\$(?!\$)((?:[^$\n]|\n(?![ \t]*\n))+?)\$")
 _PROSE = re.compile(
     rf"(?:[Ww]here|[Ww]rite|[Ww]ith) \$({_SYMBOL})\$ (?:is|are|for|denotes|the|a|an)\b"
     rf"|\$({_SYMBOL})\$ denotes\b|=:\s*({_SYMBOL})\s*\$|\$\s*({_SYMBOL})\s*:="
 )
 # an index (i, j, s, t, r, l, sums of them with numbers, (i) on a head's block) names no symbol
-_INDEX = re.compile(r"[ijlrst0-9+\-\s]+|\\dots|\\ldots")
+_INDEX = re.compile(r"(?:[ijlnrst0-9+\-\s\[\]]|d/2)+|\\dots|\\ldots")
 _NOT_SYMBOLS = {r"\sum", r"\max", r"\min", r"\exp", r"\log", r"\frac", r"\big", r"\left"}
+# named functions a chapter may define in passing, and e and j as numbers (e^0 = 1, j^2 = -1)
+_FUNCTIONS = re.compile(
+    r"\\operatorname\{(?:tr|silu|SiLU|FFN|softmax|softplus|diag|RMSNorm|LayerNorm)\}"
+    r"|e(?![_\w])|\\mathrm\{j\}"
+)
 
 
 def symbol_key(symbol):
@@ -553,12 +723,18 @@ def defined_symbols(markdown):
             match = _LHS.match(piece)
             if match:
                 found.append(match.group(1))
+    for inline in _INLINE.findall(_DISPLAY.sub(" ", markdown)):
+        match = _LHS.match(inline)
+        if match:
+            found.append(match.group(1))
     for match in _PROSE.finditer(markdown):
         found.append(next(group for group in match.groups() if group))
     return [
         symbol
         for symbol in found
-        if symbol not in _NOT_SYMBOLS and not _INDEX.fullmatch(symbol_key(symbol))
+        if symbol not in _NOT_SYMBOLS
+        and not _INDEX.fullmatch(symbol_key(symbol))
+        and not _FUNCTIONS.match(symbol)
     ]
 
 
@@ -578,17 +754,38 @@ def test_the_symbol_rule_finds_definitions_and_names_them_without_indices():
         " the parameters; $x = dO_i \\cdot o_i =: \\zeta_i$.\n\n$$\nw_j = 2\\, x_j, \\qquad"
         " j = 0, \\dots, 31,\n$$\n\nand $\\sum_j \\alpha_{ij} = 1$ defines nothing."
     )
-    assert defined_symbols(cell) == ["m'", "o", "w_j", r"\rho_i", r"P_\text{act}", r"\zeta_i"]
+    assert defined_symbols(cell) == [
+        "m'",
+        "o",
+        "w_j",
+        "x",
+        r"\rho_i",
+        r"P_\text{act}",
+        r"\zeta_i",
+    ]
+    # inline definitions, wrapped or not; e and j as numbers and named functions define nothing
+    inline = (
+        "more than $\\beta_\\text{fast} = 32$ turns, a base $b' = b\\,\\kappa$, sums\n"
+        "$G_r = g_1 +\n\\dots + g_r$, $e^0 = 1$, $\\mathrm{j}^2 = -1$, $\\operatorname{tr}(A) = 0$"
+        " and $t = 0, \\dots, n$."
+    )
+    assert defined_symbols(inline) == [r"\beta_\text{fast}", "b'", "G_r"]
     assert symbol_key(r"c^{KV}_t") == symbol_key(r"c^{KV}_s") == "c^{KV}"
     assert symbol_key(r"\alpha_{ts,i}") == symbol_key(r"\alpha_j") == r"\alpha"
     assert symbol_key("d_c'") != symbol_key("d_c") != symbol_key("d")
     assert symbol_key(r"W_{UK}^{(i)\top}") == "W_{UK}" != symbol_key("W_{UV}")
     assert symbol_key(r"n_\text{rep}") != symbol_key("n") == symbol_key("n_t")
     assert symbol_key("n_k") == "n_{k}" != symbol_key("n_q")
+    assert [symbol_key(x) for x in ("q_{[i]}", "S_n", "u_{d/2}")] == ["q", "S", "u"]
 
 
 # chapters whose definitions the table covers; chapters 1-9 are still to be checked
 DEFINITIONS_CHECKED = [path for path in CHAPTERS if "10" <= path.name[:2] <= "17"]
+
+
+# TEMPORARY: (chapter prefix, symbol) that chapters 14 and 17, edited by other helpers while the
+# inline definitions were first read, still define outside the table; the lead empties this
+DEFINITIONS_PENDING = {("14", "o_{h,t}")}
 
 
 @pytest.mark.parametrize("path", DEFINITIONS_CHECKED, ids=lambda path: path.name)
@@ -601,10 +798,34 @@ def test_every_symbol_a_chapter_defines_is_in_the_notation_table(path):
             for cell in notebook.cells
             if cell.cell_type == "markdown"
             for symbol in defined_symbols(cell.source)
-            if symbol_key(symbol) not in keys
+            if symbol_key(symbol) not in keys and (path.name[:2], symbol) not in DEFINITIONS_PENDING
         }
     )
     assert not missing, f"{path.name} defines symbols that notation.md does not list: {missing}"
+
+
+def test_the_notation_allow_lists_hold_only_what_still_fails():
+    """An entry of a temporary allow-list goes once its chapter is fixed."""
+
+    def chapter(prefix):
+        (path,) = [path for path in CHAPTERS if path.name.startswith(prefix)]
+        return nbformat.read(path, as_version=4).cells
+
+    def maths(prefix):
+        return [
+            m
+            for cell in chapter(prefix)
+            if cell.cell_type == "markdown"
+            for m in MATH.findall(cell.source)
+        ]
+
+    for prefix, name in NOTATION_PENDING:
+        assert any(re.search(NOTATION_CLASHES[name][0], m) for m in maths(prefix)), (prefix, name)
+    for prefix, name in LETTER_RULES_PENDING:
+        assert any(re.search(LETTER_RULES[name][0], m) for m in maths(prefix)), (prefix, name)
+    for prefix, symbol in DEFINITIONS_PENDING:
+        cells = [cell.source for cell in chapter(prefix) if cell.cell_type == "markdown"]
+        assert any(symbol in defined_symbols(source) for source in cells), (prefix, symbol)
 
 
 # ----------------------------------------------- how to check an answer, edition by edition

@@ -373,7 +373,7 @@ def test_bad_input_names_the_shapes():
         r"\(2, 3, 4, 5\)",
     ):
         sink_softmax(scores, normal(4))
-    with pytest.raises(ValueError, match=r"scores must be \(\.\.\., heads, L, S\)"):
+    with pytest.raises(ValueError, match=r"scores must be \(\.\.\., heads, n_q, n_k\)"):
         sink_softmax(normal(4, 5), normal(4))
     with pytest.raises(TypeError, match="sinks must be a torch.Tensor"):
         sink_softmax(scores, [0.0, 0.0, 0.0])

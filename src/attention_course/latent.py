@@ -132,17 +132,19 @@ def _check_sizes(embed_dim, num_heads, kv_rank, q_rank, head_dim, rope_dim, valu
 
 class MultiHeadLatentAttention(nn.Module):
     """DeepSeek's multi-head latent attention (DeepSeek-AI 2024): a low-rank latent KV cache,
-    decoupled RoPE, and an absorbed path. Sizes in the paper's symbols (transformers'
-    DeepseekV3Config names): embed_dim d (hidden_size), num_heads n_h, kv_rank d_c
-    (kv_lora_rank), q_rank d_c' (q_lora_rank; None: full-rank queries, as DeepSeek-V2-Lite),
-    head_dim d_h (qk_nope_head_dim; default embed_dim // num_heads), rope_dim d_h^R
-    (qk_rope_head_dim, even; default head_dim // 2 made even), value_dim (v_head_dim; default
-    head_dim), base (rope_theta; plain RoPE), norm_eps (the two RMSNorms').
+    decoupled RoPE, and an absorbed path. Sizes in the course's symbols (the paper's, and
+    transformers' DeepseekV3Config names): embed_dim d_model (d, hidden_size), num_heads H
+    (n_h), kv_rank d_c (kv_lora_rank), q_rank d_c' (q_lora_rank; None: full-rank queries, as
+    DeepSeek-V2-Lite), head_dim d_h (qk_nope_head_dim; default embed_dim // num_heads), rope_dim
+    d_R (d_h^R, qk_rope_head_dim, even; default head_dim // 2 made even), value_dim d_v
+    (v_head_dim; default head_dim), base b (rope_theta; plain RoPE), norm_eps (the two
+    RMSNorms').
 
-    forward(x (batch, L, embed_dim), cache=None, absorb=False, attn_mask=None) -> (output
-    (batch, L, embed_dim), weights (batch, num_heads, L, S)), causal; with a LatentCache the new
-    tokens continue the cached ones; attn_mask (bool, broadcastable to (batch, num_heads, L, S),
-    True = may attend) is AND-ed with the causal mask (a query left with no key gets zeros).
+    forward(x (batch, n_q, embed_dim), cache=None, absorb=False, attn_mask=None) -> (output
+    (batch, n_q, embed_dim), weights (batch, num_heads, n_q, n_k)), causal, n_k the cached and
+    new tokens; with a LatentCache the new tokens continue the cached ones; attn_mask (bool,
+    broadcastable to (batch, num_heads, n_q, n_k), True = may attend) is AND-ed with the causal
+    mask (a query left with no key gets zeros).
     Equal to transformers' DeepseekV3Attention with the same weights (`from_deepseek`).
     Chapter 15.
     """

@@ -40,34 +40,35 @@ def _check_sinks(sinks, heads, owner, tensor):
 
 
 def _sink_softmax(scores, sinks):
-    """sink_softmax of checked scores (..., H, L, S), sinks (H,), one dtype."""
-    # w_ts = exp(z_ts - m) / (exp(omega_h - m) + sum_s' exp(z_ts' - m)), m the row's max
+    """sink_softmax of checked scores (..., H, n_q, n_k), sinks (H,), one dtype."""
+    # alpha_ts = exp(S_ts - m) / (exp(omega_i - m) + sum_s' exp(S_ts' - m)),
+    # m the row's max, omega_i the sink of the row's head i
     if scores.shape[-1] == 0:
         return scores.clone()  # no key: the sink takes every weight
     sink = sinks.reshape(-1, 1, 1)  # (H, 1, 1)
     # the row's largest logit, the sink's included; the weights do not depend
     # on it, so no gradient flows through it
-    largest = scores.amax(-1, keepdim=True)  # (..., H, L, 1)
+    largest = scores.amax(-1, keepdim=True)  # (..., H, n_q, 1)
     shift = torch.maximum(largest, sink).detach()
     shift = shift.masked_fill(torch.isneginf(shift), 0.0)  # all -inf: any
-    exp = (scores - shift).exp_()  # (..., H, L, S); 0 at -inf
+    exp = (scores - shift).exp_()  # (..., H, n_q, n_k); 0 at -inf
     total = exp.sum(-1, keepdim=True) + (sink - shift).exp()  # >= 1, or 0
     return exp / total.clamp_min(torch.finfo(total.dtype).tiny)  # 0/0 -> 0
 
 
 def sink_softmax(scores, sinks):
-    """Softmax over the last axis of scores (..., heads, L, S) with one more
-    logit per head, sinks (heads,), in the denominator only:
-    exp(z_ts) / (exp(omega_h) + sum_s exp(z_ts)).
+    """Softmax over the last axis of scores (..., heads, n_q, n_k) with one more
+    logit per head, sinks (heads,), in the denominator only: for head i,
+    exp(S_ts) / (exp(omega_i) + sum_s exp(S_ts)).
 
     Returns weights of the scores' shape and dtype; a row sums to 1 minus the
-    sink's share, sigmoid(omega_h - logsumexp_s z_ts). A -inf score gets weight 0,
+    sink's share, sigmoid(omega_i - logsumexp_s S_ts). A -inf score gets weight 0,
     a row of -inf scores all zeros. sinks must have the scores' dtype;
     float16/bfloat16 are computed in float32. Chapter 17.
     """
     require_float("scores", scores)
     if scores.dim() < 3:
-        raise ValueError(f"scores must be (..., heads, L, S), got shape {shape_of(scores)}")
+        raise ValueError(f"scores must be (..., heads, n_q, n_k), got shape {shape_of(scores)}")
     _check_sinks(sinks, scores.shape[-3], "scores", scores)
     wide = scores.float() if scores.dtype in HALF_PRECISION else scores
     return _sink_softmax(wide, sinks.to(wide.dtype)).to(scores.dtype)
@@ -77,14 +78,14 @@ def sink_attention(query, key, value, sinks, attn_mask=None, is_causal=False, sc
     """Attention with gpt-oss's learned sinks:
     sink_softmax(Q K^T * scale + mask, sinks) V.
 
-    query (batch, heads, L, d), key (batch, kv_heads, S, d), value (batch,
-    kv_heads, S, d_v), heads a multiple of kv_heads: query head h reads KV
-    head h // (heads // kv_heads), as PyTorch's enable_gqa. sinks (heads,):
+    query (batch, heads, n_q, d), key (batch, kv_heads, n_k, d), value (batch,
+    kv_heads, n_k, d_v), heads a multiple of kv_heads: query head i reads KV
+    head i // (heads // kv_heads), as PyTorch's enable_gqa. sinks (heads,):
     one logit per query head, in the inputs' dtype. attn_mask (bool, True =
     may attend; or float, added to the scores) and is_causal (top-left) as in
-    scaled_dot_product_attention; a sliding window of W keys is the mask
-    decoding_mask(positions, positions, window=W). scale: default 1/sqrt(d).
-    Returns (output (batch, heads, L, d_v), weights (batch, heads, L, S)) in
+    scaled_dot_product_attention; a sliding window of w keys is the mask
+    decoding_mask(positions, positions, window=w). scale: default 1/sqrt(d).
+    Returns (output (batch, heads, n_q, d_v), weights (batch, heads, n_q, n_k)) in
     the inputs' dtype; float16/bfloat16 are computed in float32. A query with
     no allowed key gets zero weights and a zero output. Chapter 17.
     """
@@ -103,14 +104,14 @@ def sink_attention(query, key, value, sinks, attn_mask=None, is_causal=False, sc
     # query heads in groups of heads // kv_heads beside the KV head they read
     grouped = query.reshape(
         batch, kv_heads, heads // kv_heads, length, head_dim
-    )  # (b, H_kv, g, L, d)
-    scores = grouped @ key[:, :, None].transpose(-2, -1)  # (b, H_kv, g, L, S)
+    )  # (b, H_kv, g, n_q, d)
+    scores = grouped @ key[:, :, None].transpose(-2, -1)  # (b, H_kv, g, n_q, n_k)
     scores = scores.mul_(scale).reshape(batch, heads, length, n_keys)
     allowed, bias = _kernels.allowed_and_bias(attn_mask, is_causal, scores)
     if bias is not None:
         scores.add_(bias)  # a -inf entry blocks its key
     if allowed is not None:
         scores.masked_fill_(allowed.logical_not(), float("-inf"))
-    weights = _sink_softmax(scores, sinks)  # (b, H, L, S)
+    weights = _sink_softmax(scores, sinks)  # (b, H, n_q, n_k)
     output = weights.reshape(grouped.shape[:-1] + (n_keys,)) @ value[:, :, None]
     return (output.reshape(batch, heads, length, value.shape[-1]).to(dtype), weights.to(dtype))
