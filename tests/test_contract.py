@@ -1462,6 +1462,16 @@ REGISTRY = {
             },
         },
     ),
+    "attention_course.costs.kv_sharing": Case(
+        lambda: (
+            costs.kv_sharing,
+            dict(
+                layer_types=["sliding_attention", "full_attention"] * 2,
+                num_kv_shared_layers=2,
+            ),
+        ),
+        {"layer_types": LAYER_TYPES, "num_kv_shared_layers": COUNT_OR_ZERO},
+    ),
     "attention_course.costs.attention_costs": Case(
         lambda: (
             costs.attention_costs,

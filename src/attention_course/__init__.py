@@ -34,7 +34,7 @@ from . import (
 )
 from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_attention
 from .config import DecoderConfig
-from .costs import AttentionCosts, attention_costs, hybrid_cache_bytes
+from .costs import AttentionCosts, attention_costs, hybrid_cache_bytes, kv_sharing
 from .data import (
     load_mcycle,
     load_zen_of_python,
@@ -113,6 +113,7 @@ __all__ = [
     "hybrid_cache_bytes",
     "kernel_scores",
     "kv_cache_bytes",
+    "kv_sharing",
     "latent",
     "latent_cache_bytes",
     "linear",

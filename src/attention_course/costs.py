@@ -6,9 +6,13 @@ Notable:
   by `config.model_type`; the package does not import transformers) and
   returns an `AttentionCosts` record, layer by layer, for five layer kinds:
   full and sliding softmax attention, MLA ("latent"), DeepSeek Sparse
-  Attention ("sparse latent") and gated delta rule layers ("linear"); each
-  size is checked once, when it is first read from the config;
+  Attention ("sparse latent") and gated delta rule layers ("linear"), and
+  Gemma 3n's layers that reuse another layer's keys and values ("shared
+  full", "shared sliding": no cache of their own); each size is checked
+  once, when it is first read from the config;
 - `hybrid_cache_bytes` counts the KV cache of full and sliding-window layers;
+- `kv_sharing` says which layer's keys and values each layer reads under
+  cross-layer KV sharing, by Gemma 3n's rule;
 - FLOPs count the attention core of one new token (2 per multiply-add),
   projections excluded. Every term and convention, with its source:
   tests/test_costs.py, which checks them against transformers itself.
@@ -19,7 +23,15 @@ import dataclasses
 from ._shapes import require_int, type_name
 from .multihead import kv_cache_bytes
 
-LAYER_KINDS = ("full", "sliding", "latent", "sparse latent", "linear")
+LAYER_KINDS = (
+    "full",
+    "sliding",
+    "latent",
+    "sparse latent",
+    "linear",
+    "shared full",
+    "shared sliding",
+)
 MLA_PATHS = ("absorbed", "expanded")
 # transformers' names of attention layers in `config.layer_types`
 HYBRID_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
@@ -27,6 +39,7 @@ SUPPORTED_MODEL_TYPES = (
     "llama",
     "qwen3",
     "gemma3_text",
+    "gemma3n_text",
     "gpt_oss",
     "deepseek_v3",
     "deepseek_v32",
@@ -87,6 +100,41 @@ def hybrid_cache_bytes(
         )
         * tokens
     )
+
+
+def kv_sharing(layer_types, num_kv_shared_layers):
+    """Which layer's keys and values each layer of a stack attends to under
+    cross-layer KV sharing, by Gemma 3n's rule (transformers'
+    Gemma3nTextAttention): the layers are named as transformers'
+    `config.layer_types` ("full_attention", "sliding_attention"); the last
+    num_kv_shared_layers of them compute no keys or values and keep no cache,
+    each reading those of the last earlier layer of its own type that keeps
+    its own. -> tuple, entry i the index of the layer whose keys and values
+    layer i reads (i itself where it keeps its own). Chapter 17."""
+    kinds = _hybrid_kinds(layer_types)
+    require_int("num_kv_shared_layers", num_kv_shared_layers, 0)
+    if num_kv_shared_layers >= len(kinds):
+        raise ValueError(
+            f"num_kv_shared_layers must leave at least one layer that keeps its own keys and "
+            f"values: got {num_kv_shared_layers} of {len(kinds)} layers"
+        )
+    return tuple(_kv_sources(kinds, num_kv_shared_layers))
+
+
+def _kv_sources(kinds, num_shared):
+    """kv_sharing for checked kinds ("full"/"sliding") and a checked count."""
+    first_shared = len(kinds) - num_shared
+    # the last layer of each kind before sharing starts keeps the K/V to share
+    last_own = {kind: index for index, kind in enumerate(kinds[:first_shared])}
+    sources = list(range(first_shared))
+    for index in range(first_shared, len(kinds)):
+        if kinds[index] not in last_own:
+            raise ValueError(
+                f"layer_types: shared layer {index} is {kinds[index]!r}, but no layer before "
+                f"layer {first_shared} (where sharing starts) is of that type to share with"
+            )
+        sources.append(last_own[kinds[index]])
+    return sources
 
 
 def attention_costs(
@@ -208,6 +256,8 @@ def _layer_kinds(config, model_type):
         return ["full"] * layers
     else:
         kinds = _hybrid_kinds(layer_types, "config.layer_types")
+    if model_type == "gemma3n_text":
+        kinds = _shared_kinds(config, kinds)
     if len(kinds) != layers:  # as transformers' configs check
         raise ValueError(
             f"config.layer_types names {len(kinds)} layers, "
@@ -215,6 +265,23 @@ def _layer_kinds(config, model_type):
             "agree"
         )
     return kinds
+
+
+def _shared_kinds(config, kinds):
+    """Gemma 3n: its last config.num_kv_shared_layers layers read the keys and
+    values of an earlier layer and keep none: "shared full", "shared sliding"."""
+    num_shared = getattr(config, "num_kv_shared_layers", None)
+    require_int("config.num_kv_shared_layers", num_shared, 0)
+    if num_shared >= len(kinds):  # transformers then shares nothing; refuse it
+        raise ValueError(
+            f"config.num_kv_shared_layers must be below the {len(kinds)} layers of "
+            f"config.layer_types, got {num_shared}"
+        )
+    sources = _kv_sources(kinds, num_shared)
+    return [
+        kind if source == index else f"shared {kind}"
+        for index, (kind, source) in enumerate(zip(kinds, sources))
+    ]
 
 
 # ------------------------------------------------------- one layer's costs
@@ -297,10 +364,22 @@ def _linear(config, *, b, b_state, **_):
     return heads * d_k * d_v * b_state + window * b, heads * per_head
 
 
+def _shared(own_kind):
+    """A layer that reads another layer's keys and values: it keeps no cache
+    and does the attention arithmetic of its kind."""
+
+    def cost(config, **sizes):
+        return 0, _LAYER_COSTS[own_kind](config, **sizes)[1]
+
+    return cost
+
+
 _LAYER_COSTS = {
     "full": _full,
     "sliding": _sliding,
     "latent": _latent,
     "sparse latent": _sparse_latent,
     "linear": _linear,
+    "shared full": _shared("full"),
+    "shared sliding": _shared("sliding"),
 }

@@ -99,6 +99,7 @@ from .ch17_sparse_and_hybrid_attention import (
     check_causal_top_k,
     check_hybrid_cache_bytes,
     check_index_decode_step,
+    check_kv_sources,
     check_sink_softmax,
 )
 from .core import CheckFailed, NotAnswered, check_attention_weights, weights_problem
