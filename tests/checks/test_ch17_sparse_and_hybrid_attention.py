@@ -72,7 +72,7 @@ def sink_without_a_shift(scores, sinks):
         ),
         (
             lambda z, b: z.exp() / (z.exp().sum(-1, keepdim=True) + b[:, None, None]),
-            "as exp\\(omega_h\\), a logit like the scores",
+            "as exp\\(omega_i\\), a logit like the scores",
         ),
         (lambda z, b: 2 * sink_by_an_extra_column(z, b), "weights at index"),
         (lambda z, b: attention_course.sink_softmax(z, b), "calls `sink_softmax`"),
@@ -184,7 +184,7 @@ def top_k_by_rank(index_scores, k):
     n_queries, n_keys = index_scores.shape
     visible = torch.arange(n_keys) <= torch.arange(n_queries)[:, None] + n_keys - n_queries
     masked = index_scores.masked_fill(~visible, float("-inf"))
-    higher = (masked[:, None, :] > masked[:, :, None]).sum(-1)  # (L, S): keys above s
+    higher = (masked[:, None, :] > masked[:, :, None]).sum(-1)  # (n_q, n_k): keys above s
     return visible & (higher < k)
 
 

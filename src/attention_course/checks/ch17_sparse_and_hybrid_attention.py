@@ -19,7 +19,7 @@ def _sink_reference(scores, sinks):
 
 
 def _sink_cases(seed):
-    """(case, scores (H, L, S), sinks (H,)); the first has H == L, where sinks broadcast
+    """(case, scores (H, n_q, n_k), sinks (H,)); the first has H == L, where sinks broadcast
     over the queries instead of the heads still give the right shape."""
     sizes = [(3, 3, 5), (2, 4, 6), (2, 3, 4), (2, 3, 4), (3, 2, 5)]
     if seed:
@@ -53,7 +53,7 @@ def _sink_mistakes(scores, sinks):
     mistakes = [
         (
             torch.softmax(scores, dim=-1),
-            "your rows sum to 1, a plain softmax: the sink's exp(omega_h) joins each "
+            "your rows sum to 1, a plain softmax: the sink's exp(omega_i) joins each "
             "row's denominator, so a row sums to less than 1",
         )
     ]
@@ -68,19 +68,20 @@ def _sink_mistakes(scores, sinks):
     mistakes.append(
         (
             scores.exp() / (scores.exp().sum(-1, keepdim=True) + column),
-            "the sink enters the denominator as exp(omega_h), a logit like the "
-            "scores, not as omega_h itself",
+            "the sink enters the denominator as exp(omega_i), a logit like the "
+            "scores, not as omega_i itself",
         )
     )
     if heads == queries:
-        per_query = sinks[None, :, None].expand(heads, queries, 1)  # omega_t, not omega_h
+        # one sink per query, not per head
+        per_query = sinks[None, :, None].expand(heads, queries, 1)
         wrong = torch.softmax(torch.cat([scores, per_query], -1), -1)[..., :-1]
         mistakes.append(
             (
                 wrong,
                 "query t got the sink of head t: sinks (heads,) must "
                 "line up with the heads axis, sinks[:, None, None] "
-                "beside scores (heads, L, S), or sinks[:, None] beside "
+                "beside scores (heads, n_q, n_k), or sinks[:, None] beside "
                 "the row sums (heads, L)",
             )
         )
@@ -109,8 +110,8 @@ def _sink_nan_cause(scores):
 
 @self_check
 def check_sink_softmax(fn, seed=0):
-    """Check fn(scores (heads, L, S), sinks (heads,)) -> weights (heads, L, S): for head h,
-    exp(z_ts) / (exp(omega_h) + sum_s exp(z_ts)), the softmax with gpt-oss's learned sink in
+    """Check fn(scores (heads, n_q, n_k), sinks (heads,)) -> weights (heads, n_q, n_k): for head h,
+    exp(S_ts) / (exp(omega_i) + sum_s exp(S_ts)), the softmax with gpt-oss's learned sink in
     the denominator. A -inf score gets weight 0, a row of -inf scores all zeros.
     Chapter 17, exercise 1."""
     cases = list(_sink_cases(seed))
@@ -125,7 +126,7 @@ def check_sink_softmax(fn, seed=0):
                 f"case '{case}': your weights have shape "
                 f"{tuple(got.shape)}, one column too many: drop the sink's "
                 "column after the softmax (it takes weight but holds no "
-                "value), keeping (heads, L, S)"
+                "value), keeping (heads, n_q, n_k)"
             )
         if (
             isinstance(got, torch.Tensor)
@@ -277,7 +278,7 @@ def check_hybrid_cache_bytes(fn, seed=0):
 
 
 def _visible(n_queries, n_keys):
-    """Bool (L, S): the L queries are the last L of S positions; query t sees the keys
+    """Bool (n_q, n_k): the n_q queries are the last n_q of n_k positions; query t sees the keys
     s <= t + S - L (plain causal when L == S)."""
     return torch.ones(n_queries, n_keys, dtype=torch.bool).tril(n_keys - n_queries)
 
@@ -293,7 +294,7 @@ def _top_k_loop(scores, k):
 
 
 def _top_k_cases(seed):
-    """(case, index_scores (L, S), k), distinct scores."""
+    """(case, index_scores (n_q, n_k), k), distinct scores."""
     sizes = [
         ("6 queries, 6 keys, k = 3", 6, 6, 3),
         ("4 new queries after 5 cached keys (L = 4, S = 9), k = 3", 4, 9, 3),
@@ -317,7 +318,7 @@ def _scatter_top(scores, k, dim=-1):
 
 
 def _top_k_hint(got, scores, k, expected):
-    """Why a wrong mask (L, S) is wrong, when it is a typical mistake; else None."""
+    """Why a wrong mask (n_q, n_k) is wrong, when it is a typical mistake; else None."""
     visible = _visible(*scores.shape)
     masked = scores.double().masked_fill(~visible, float("-inf"))
     if any(
@@ -338,7 +339,7 @@ def _top_k_hint(got, scores, k, expected):
     ):
         return (
             "your causal mask is aligned top-left (tril() without an offset): "
-            "the L queries are the last L of S positions, so query t sees keys "
+            "the n_q queries are the last n_q of n_k positions, so query t sees keys "
             "s <= t + S - L, tril(S - L)"
         )
     if (got & ~visible).any():
@@ -366,7 +367,7 @@ def _top_k_answer(got, case, shape):
     if isinstance(got, tuple) and hasattr(got, "indices"):
         raise CheckFailed(
             f"case '{case}': you returned torch.topk's (values, indices); "
-            "return a bool mask (L, S): torch.zeros(L, S, dtype=torch.bool)"
+            "return a bool mask (n_q, n_k): torch.zeros(n_q, n_k, dtype=torch.bool)"
             ".scatter_(-1, indices, True)"
         )
     if not isinstance(got, torch.Tensor):
@@ -376,7 +377,7 @@ def _top_k_answer(got, case, shape):
         )
     if got.dtype != torch.bool:
         what = (
-            "indices: scatter them into a bool mask, torch.zeros(L, S, dtype="
+            "indices: scatter them into a bool mask, torch.zeros(n_q, n_k, dtype="
             "torch.bool).scatter_(-1, indices, True)"
             if got.shape != shape and not got.dtype.is_floating_point
             else "not bool: return True where a key is chosen (as a mask for "
@@ -387,15 +388,15 @@ def _top_k_answer(got, case, shape):
         )
     if got.shape != shape:
         raise CheckFailed(
-            f"case '{case}': your mask has shape {tuple(got.shape)}, expected {shape} = (L, S)"
+            f"case '{case}': your mask has shape {tuple(got.shape)}, expected {shape} = (n_q, n_k)"
         )
     return got.detach().cpu()
 
 
 @self_check
 def check_causal_top_k(fn, seed=0):
-    """Check fn(index_scores (L, S), k) -> bool (L, S): True at the k highest-scoring keys
-    among those each query sees (the L queries are the last L of S positions: query t sees
+    """Check fn(index_scores (n_q, n_k), k) -> bool (n_q, n_k): True at the k highest-scoring keys
+    among those each query sees (the n_q queries are the last n_q of n_k positions: query t sees
     keys s <= t + S - L), and at all of them where it sees fewer than k. Chapter 17, exercise 3."""
     cases = _top_k_cases(seed)
     for case, scores, k in cases:
