@@ -77,9 +77,38 @@ def one_too_many(layer_types, n):
     return sources_by_search(layer_types, n + 1) if n + 1 < len(layer_types) else None
 
 
+def one_too_few(layer_types, n):
+    """Slip: the last n - 1 layers share."""
+    return sources_by_search(layer_types, max(n - 1, 0))
+
+
+def previous_layer(layer_types, n):
+    """Slip: CLA's adjacent pairs, each shared layer reading the one below it."""
+    first = len(layer_types) - n
+    return [i if i < first else i - 1 for i in range(len(layer_types))]
+
+
+def last_of_type_overall(layer_types, n):
+    """Slip: the last layer of the same type in the whole stack."""
+    return [
+        i if i < len(layer_types) - n else max(j for j, k in enumerate(layer_types) if k == kind)
+        for i, kind in enumerate(layer_types)
+    ]
+
+
+def minus_one_for_own(layer_types, n):
+    """Slip: -1 for a layer that keeps its own keys and values."""
+    first = len(layer_types) - n
+    return [-1 if i < first else s for i, s in enumerate(sources_by_search(layer_types, n))]
+
+
 @pytest.mark.parametrize(
     "wrong, hint",
     [
+        (one_too_few, "no fewer"),
+        (previous_layer, "is shared itself|is full_attention|is sliding_attention"),
+        (last_of_type_overall, "is shared itself and computes no keys"),
+        (minus_one_for_own, "the index of a layer, 0 to"),
         (last_before_sharing, "of its OWN type"),
         (first_of_type, "the LAST earlier layer of its type"),
         (chained, "cannot read another shared layer"),

@@ -677,7 +677,33 @@ def _sharing_mistakes(layer_types, num_shared):
                 "len(layer_types) - num_kv_shared_layers",
             )
         )
+    if num_shared > 1:  # sharing one layer too late
+        late = first + 1
+        mistakes.append(
+            (
+                list(range(late))
+                + [last_of(layer_types[i], late) for i in range(late, len(layer_types))],
+                "the last num_kv_shared_layers layers share, no fewer: sharing starts at layer "
+                "len(layer_types) - num_kv_shared_layers",
+            )
+        )
     return mistakes
+
+
+def _sharing_fallback(layer_types, first, layer, source):
+    """Why layer `layer` cannot read `source`, when no typical mistake explains the answer."""
+    if not isinstance(source, int) or not 0 <= source < len(layer_types):
+        return f"each entry is the index of a layer, 0 to {len(layer_types) - 1}"
+    if layer < first:
+        return "a layer before sharing starts keeps and reads its own: its entry is its own index"
+    if source >= first:
+        return f"layer {source} is shared itself and computes no keys or values"
+    if layer_types[source] != layer_types[layer]:
+        return (
+            f"layer {source} is {layer_types[source]}: a shared layer reads a layer of its own "
+            "type, whose keys are rotated with the same RoPE base and kept for the same window"
+        )
+    return None
 
 
 @self_check
@@ -712,10 +738,14 @@ def check_kv_sources(fn, seed=0):
             wrong_at = next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)
             hints = [
                 why for wrong, why in _sharing_mistakes(layer_types, num_shared) if wrong == got
+            ] or [
+                _sharing_fallback(
+                    layer_types, len(layer_types) - num_shared, wrong_at, got[wrong_at]
+                )
             ]
             raise CheckFailed(
                 f"case '{case}': layer {wrong_at} ({layer_types[wrong_at]}) reads layer "
                 f"{got[wrong_at]!r} in your answer, layer {expected[wrong_at]} in Gemma 3n"
-                + (f": {hints[0]}" if hints else "")
+                + (f": {hints[0]}" if hints[0] else "")
             )
     passed("your cross-layer KV sharing", len(cases))
