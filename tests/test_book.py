@@ -775,11 +775,29 @@ def test_the_requirement_count_sees_a_packed_paragraph():
     ]
 
 
+def inline_steps(block):
+    """The letters of the steps a paragraph lists inline, "Give (a) the ... and (b) the ...",
+    whatever follows each letter. A lettered item's mentions ("(d) Check (a) and (b)") point
+    back at steps: none."""
+    if LETTER.match(block):
+        return []
+    return re.findall(r"(?<![\w`])\(([a-z])\)(?= )", block)
+
+
+def test_inline_steps_are_seen_whatever_follows_them():
+    assert inline_steps("Give (a) the boolean mask and (b) the float mask.") == ["a", "b"]
+    assert inline_steps("Aim. (a) Write it. (b) Check it.") == ["a", "b"]
+    assert inline_steps("(d) Check (a) and (b) with the trained model.") == []
+    assert inline_steps("A mask $f(a) = 0$ and `g(b) ` are no steps.") == []
+
+
 def test_no_exercise_statement_packs_many_requirements_into_one_paragraph(notebook):
     for exercise in exercises.exercises(notebook):
         for block in prompt_blocks(prompt_body(exercise.prompt)):
             assert requirements(block) <= MAX_REQUIREMENTS, (exercise.label, block[:80])
             assert len(block.split()) <= MAX_WORDS, (exercise.label, block[:80])
+            # Steps lettered inside a paragraph belong in a lettered list, one item each.
+            assert len(inline_steps(block)) < 2, (exercise.label, block[:80])
 
 
 def test_lettered_steps_are_list_items_in_order(notebook):

@@ -142,6 +142,26 @@ def test_chapter_page_shows_its_parts(chapter, browser, base_url):
         assert served_notebook.read() == (ROOT / "notebooks" / chapter.name).read_bytes()
 
 
+# Lists of lettered steps, "- (a) ...": the letters number the items, so no bullet before them.
+LETTERED_LISTS = """() => [...document.querySelectorAll('article ul')]
+  .filter(ul => [...ul.children].every(li => /^\\([a-z]\\) /.test(li.innerText.trim())))
+  .map(ul => [...ul.children].map(li => getComputedStyle(li).listStyleType))"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_lettered_steps_show_their_letter_without_a_bullet(width, browser, base_url):
+    masking = next(c for c in CHAPTERS if c.name.startswith("05"))
+    page = open_page(browser, f"{base_url}{page_name(masking)}.html", width, 844)
+    styles = page.evaluate(LETTERED_LISTS)
+    assert len(styles) >= 2, "the chapter's exercises have lettered lists"
+    assert all(style == "none" for items in styles for style in items), styles
+    exercise = page.locator("#ex-05-key-padding").first
+    exercise.scroll_into_view_if_needed()
+    page.evaluate("() => window.scrollBy(0, -60)")
+    screenshot(page, f"exercise-5.3-{width}")
+    page.close()
+
+
 @pytest.mark.parametrize("width", [w for w, _ in LAPTOPS])
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
 def test_nothing_is_cut_on_a_laptop(chapter, width, measured):
