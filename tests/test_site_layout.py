@@ -123,6 +123,12 @@ def test_chapter_page_shows_its_parts(chapter, browser, base_url):
     for figure in figures:
         assert figure.query_selector("img").get_attribute("alt")
         assert figure.query_selector("figcaption").text_content().strip()
+    # Captions at the text's weight (400 or more), not the theme's light 300.
+    weights = page.eval_on_selector_all(
+        "article figcaption, article figcaption *",
+        "els => els.map(e => Number(getComputedStyle(e).fontWeight))",
+    )
+    assert weights and min(weights) >= 400, f"a caption in a light weight: {min(weights)}"
     maths = page.query_selector_all("article .math")
     assert len(maths) > 10
     assert all(m.query_selector("mjx-container") for m in maths), "MathJax did not typeset"
