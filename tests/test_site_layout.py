@@ -14,6 +14,7 @@ import urllib.request
 import nbformat
 import pytest
 
+from _ext.course_guide import model_sentence
 from helpers.browser import open_page, screenshot
 from helpers.site import CHAPTERS, CONFIG, RAW_MYST, chapter_title, page_name
 from tools import ROOT, pdf
@@ -111,7 +112,20 @@ def test_home_page_in_browser(browser, base_url):
     links = page.eval_on_selector_all("nav a", "links => links.map(a => a.href)")
     assert any(page_name(CHAPTERS[0]) in link for link in links), "no link to chapter 1"
     assert not RAW_MYST.search(page.inner_text("article"))
+    # The map's reading times say what they assume, and link to how the rates were chosen.
+    assert model_sentence() in " ".join(page.inner_text("article").replace("\u2019", "'").split())
+    assert page.locator("article a[href*='instructors.html#reading-time-model']").count() == 1
     screenshot(page, "home")
+    # On a phone the map's last column (exercises, after the reading time) scrolls into view
+    # inside the table's own box; the page itself does not scroll sideways.
+    page.set_viewport_size({"width": 390, "height": 844})
+    box = page.locator("article .pst-scrollable-table-container").first
+    box.evaluate("b => { b.scrollLeft = b.scrollWidth; }")
+    last = box.locator("tr").nth(1).locator("td").last
+    assert last.is_visible() and last.evaluate(
+        "c => { const r = c.getBoundingClientRect(); return r.left >= 0 && r.right <= 390; }"
+    ), "the map's last column cannot be reached at 390 px"
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
