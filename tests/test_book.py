@@ -116,7 +116,7 @@ MATHS_OR_CODE = re.compile(r"\$[^$]+\$|`[^`]+`")
 
 # Chapters whose captions' lone-letter variables are put in $...$ by a commit of their own
 # (their chapters were being edited on other branches); that commit empties this.
-LONE_LETTERS_PENDING = ("17_",)
+LONE_LETTERS_PENDING = ()
 
 
 def test_captions_write_maths_as_maths(notebook, request):
