@@ -217,6 +217,18 @@ def hide_grader_markers(app, doctree, docname):
                 block.rawsource = cleaned
 
 
+LETTERED_ITEM = re.compile(r"\([a-z]\) ")
+
+
+def mark_lettered_lists(app, doctree, docname):
+    """A bullet list whose every item starts "(a) ", "(b) ", ... gets the class lettered-list:
+    the letters number its items, so the site's CSS drops the bullet before them."""
+    for bullets in doctree.findall(nodes.bullet_list):
+        items = [item for item in bullets.children if isinstance(item, nodes.list_item)]
+        if items and all(LETTERED_ITEM.match(item.astext()) for item in items):
+            bullets["classes"].append("lettered-list")
+
+
 def _launch_urls_to_learner_edition(buttons, pagename, learner):
     for button in buttons:
         if button.get("type") == "group":
@@ -334,6 +346,7 @@ def setup(app):
     app.add_transform(ChapterIndex)
     app.connect("source-read", show_points)
     app.connect("doctree-resolved", hide_grader_markers)
+    app.connect("doctree-resolved", mark_lettered_lists)
     app.connect("html-page-context", add_learner_links, priority=900)
     app.connect("build-finished", serve_learner_edition)
     app.connect("builder-inited", furnish_theme, priority=400)

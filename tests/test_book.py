@@ -102,28 +102,44 @@ def test_figures_have_captions_and_alt_text(notebook):
     assert figures >= 3
 
 
-# Maths written as plain text: a subscript (q_i, d_model), a maths sign, or a one-letter symbol
-# set to a value ("d = 128"); screen readers read the underscores, the website cannot typeset it.
-PLAIN_MATHS = re.compile(r"\b[A-Za-z]+_[A-Za-z0-9{]|[·√Σ≈πθαΔκ]|(?<![\w.])[a-zA-Z] = \S")
+# Maths written as plain text: a subscript (q_i, d_model), a maths sign, a one-letter symbol
+# set to a value ("d = 128"), or a lone letter other than the words "a", "A" and "I": a variable
+# ("size d", "token i", "offset t − s", "32 layers x 1 KV head"); not a letter inside a word, an
+# abbreviation (e.g.), a possessive or a hyphened word (x-axis). Screen readers read the
+# underscores and letters as words, and the website cannot typeset it.
+PLAIN_MATHS = re.compile(
+    r"\b[A-Za-z]+_[A-Za-z0-9{]|[·√Σ≈πθαΔκ]|(?<![\w.])[a-zA-Z] = \S"
+    r"|(?<![\w'’.\-/\\])(?![aAI]\b)[A-Za-z](?![\w'’\-/]|\.\w)"
+)
 MATHS_OR_CODE = re.compile(r"\$[^$]+\$|`[^`]+`")
 
 
-def test_captions_write_maths_as_maths(notebook):
+# Chapters whose captions' lone-letter variables are put in $...$ by a commit of their own
+# (their chapters were being edited on other branches); that commit empties this.
+LONE_LETTERS_PENDING = ()
+
+
+def test_captions_write_maths_as_maths(notebook, request):
     """A caption's maths is in $...$ (typeset on the website and in the notebooks) and its code
     names in backticks; the alt text stays plain words."""
+    pending = request.node.callspec.id.startswith(LONE_LETTERS_PENDING)
     for cell in code_cells(notebook):
         caption = cell.metadata.get("mystnb", {}).get("figure", {}).get("caption", "")
         plain = PLAIN_MATHS.findall(MATHS_OR_CODE.sub("", caption))
+        plain = [p for p in plain if not (pending and len(p) == 1 and p.isalpha())]
         assert not plain, f"{caption[:60]}...: maths as plain text {plain}"
 
 
 def test_plain_maths_is_found():
     found = [bool(PLAIN_MATHS.search(MATHS_OR_CODE.sub("", text))) for text in (
         "the scores q·k_i", "u = (x − x_i)/h", "at d = 128", "d_model = 64", "Σ α_i k_i",
+        "size d.", "as h shrinks", "token i sees", "offset t − s", "keeps k keys",
+        "32 layers x 1 KV head",
         "the scores $q \\cdot k_i$", "at $d = 128$", "the first `valid_len` keys",
-        "32 layers x 1 KV head", "(8 layers assumed)",
+        "(8 layers assumed)", "a key; I think A is", "e.g. the x-axis", "the head's weights",
+        "as $h$ shrinks", "token $i$ sees", "32 layers × 1 KV head",
     )]  # fmt: skip
-    assert found == [True] * 5 + [False] * 5
+    assert found == [True] * 11 + [False] * 10
 
 
 def test_has_exercises_with_solutions_and_a_self_check(notebook):
@@ -996,11 +1012,29 @@ def test_the_requirement_count_sees_a_packed_paragraph():
     ]
 
 
+def inline_steps(block):
+    """The letters of the steps a paragraph lists inline, "Give (a) the ... and (b) the ...",
+    whatever follows each letter. A lettered item's mentions ("(d) Check (a) and (b)") point
+    back at steps: none."""
+    if LETTER.match(block):
+        return []
+    return re.findall(r"(?<![\w`])\(([a-z])\)(?= )", block)
+
+
+def test_inline_steps_are_seen_whatever_follows_them():
+    assert inline_steps("Give (a) the boolean mask and (b) the float mask.") == ["a", "b"]
+    assert inline_steps("Aim. (a) Write it. (b) Check it.") == ["a", "b"]
+    assert inline_steps("(d) Check (a) and (b) with the trained model.") == []
+    assert inline_steps("A mask $f(a) = 0$ and `g(b) ` are no steps.") == []
+
+
 def test_no_exercise_statement_packs_many_requirements_into_one_paragraph(notebook):
     for exercise in exercises.exercises(notebook):
         for block in prompt_blocks(prompt_body(exercise.prompt)):
             assert requirements(block) <= MAX_REQUIREMENTS, (exercise.label, block[:80])
             assert len(block.split()) <= MAX_WORDS, (exercise.label, block[:80])
+            # Steps lettered inside a paragraph belong in a lettered list, one item each.
+            assert len(inline_steps(block)) < 2, (exercise.label, block[:80])
 
 
 def test_lettered_steps_are_list_items_in_order(notebook):

@@ -251,13 +251,14 @@ def test_ctrl_k_shows_results_as_you_type(browser, base_url):
 # ----------------------------------------------------------------------------- accessibility
 
 
-def axe_violations(page):
+def axe_violations(page, context=None):
+    """axe-core's WCAG A and AA violations on the page, or on the elements `context` selects."""
     from axe_playwright_python.sync_playwright import Axe
 
     options = {"runOnly": {"type": "tag", "values": WCAG_TAGS}, "resultTypes": ["violations"]}
     return [
         f"{v['id']} ({len(v['nodes'])}): {v['nodes'][0]['target']} {v['help']}"
-        for v in Axe().run(page, options=options).response["violations"]
+        for v in Axe().run(page, context=context, options=options).response["violations"]
     ]
 
 
@@ -278,6 +279,38 @@ def test_no_axe_violation_in_light_or_dark_mode(name, browser, base_url):
         page.evaluate(SETTLED)
         found[mode] = axe_violations(page)
     page.close()
+    assert not found["light"] and not found["dark"], found
+
+
+def show_results(page, base_url, where):
+    """The results for "kv cache", with their summaries, in the Ctrl+K dialog or on the search
+    page."""
+    if where == "ctrl-k":
+        page.goto(f"{base_url}{FIRST_CHAPTER}.html", wait_until="load")
+        page.keyboard.press("Control+k")
+        page.evaluate(SETTLED)
+        page.keyboard.type("kv cache", delay=50)  # no Enter: the results come as you type
+    else:
+        page.goto(f"{base_url}search.html?q=kv+cache", wait_until="load")
+    results_of(page)
+    page.evaluate(SETTLED)
+
+
+@pytest.mark.parametrize("where", ["ctrl-k", "search-page"])
+def test_no_axe_violation_in_search_results_in_light_or_dark_mode(where, browser, base_url):
+    """The results (titles with the words found highlighted, and their summaries) only exist
+    once a query is typed: axe on them, in the Ctrl+K dialog and on the search page, in both
+    themes (the search page's own run above sees no results)."""
+    found = {}
+    for mode in ("light", "dark"):
+        page = browser.new_page(viewport={"width": LAPTOP[0], "height": LAPTOP[1]})
+        page.emulate_media(color_scheme=mode)
+        show_results(page, base_url, where)
+        assert page.evaluate("document.documentElement.dataset.theme") == mode
+        found[mode] = axe_violations(page, "#search-results")
+        if where == "ctrl-k":
+            screenshot(page, f"ctrl-k-results-{mode}")
+        page.close()
     assert not found["light"] and not found["dark"], found
 
 

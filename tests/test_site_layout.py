@@ -14,6 +14,7 @@ import urllib.request
 import nbformat
 import pytest
 
+from _ext.course_guide import model_sentence
 from helpers.browser import open_page, screenshot
 from helpers.site import CHAPTERS, CONFIG, RAW_MYST, chapter_title, page_name
 from tools import ROOT, pdf
@@ -111,7 +112,20 @@ def test_home_page_in_browser(browser, base_url):
     links = page.eval_on_selector_all("nav a", "links => links.map(a => a.href)")
     assert any(page_name(CHAPTERS[0]) in link for link in links), "no link to chapter 1"
     assert not RAW_MYST.search(page.inner_text("article"))
+    # The map's reading times say what they assume, and link to how the rates were chosen.
+    assert model_sentence() in " ".join(page.inner_text("article").replace("\u2019", "'").split())
+    assert page.locator("article a[href*='instructors.html#reading-time-model']").count() == 1
     screenshot(page, "home")
+    # On a phone the map's last column (exercises, after the reading time) scrolls into view
+    # inside the table's own box; the page itself does not scroll sideways.
+    page.set_viewport_size({"width": 390, "height": 844})
+    box = page.locator("article .pst-scrollable-table-container").first
+    box.evaluate("b => { b.scrollLeft = b.scrollWidth; }")
+    last = box.locator("tr").nth(1).locator("td").last
+    assert last.is_visible() and last.evaluate(
+        "c => { const r = c.getBoundingClientRect(); return r.left >= 0 && r.right <= 390; }"
+    ), "the map's last column cannot be reached at 390 px"
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
@@ -123,6 +137,12 @@ def test_chapter_page_shows_its_parts(chapter, browser, base_url):
     for figure in figures:
         assert figure.query_selector("img").get_attribute("alt")
         assert figure.query_selector("figcaption").text_content().strip()
+    # Captions at the text's weight (400 or more), not the theme's light 300.
+    weights = page.eval_on_selector_all(
+        "article figcaption, article figcaption *",
+        "els => els.map(e => Number(getComputedStyle(e).fontWeight))",
+    )
+    assert weights and min(weights) >= 400, f"a caption in a light weight: {min(weights)}"
     maths = page.query_selector_all("article .math")
     assert len(maths) > 10
     assert all(m.query_selector("mjx-container") for m in maths), "MathJax did not typeset"
@@ -140,6 +160,26 @@ def test_chapter_page_shows_its_parts(chapter, browser, base_url):
         urllib.parse.urljoin(page.url, download.get_attribute("href"))
     ) as served_notebook:
         assert served_notebook.read() == (ROOT / "notebooks" / chapter.name).read_bytes()
+
+
+# Lists of lettered steps, "- (a) ...": the letters number the items, so no bullet before them.
+LETTERED_LISTS = """() => [...document.querySelectorAll('article ul')]
+  .filter(ul => [...ul.children].every(li => /^\\([a-z]\\) /.test(li.innerText.trim())))
+  .map(ul => [...ul.children].map(li => getComputedStyle(li).listStyleType))"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_lettered_steps_show_their_letter_without_a_bullet(width, browser, base_url):
+    masking = next(c for c in CHAPTERS if c.name.startswith("05"))
+    page = open_page(browser, f"{base_url}{page_name(masking)}.html", width, 844)
+    styles = page.evaluate(LETTERED_LISTS)
+    assert len(styles) >= 2, "the chapter's exercises have lettered lists"
+    assert all(style == "none" for items in styles for style in items), styles
+    exercise = page.locator("#ex-05-key-padding").first
+    exercise.scroll_into_view_if_needed()
+    page.evaluate("() => window.scrollBy(0, -60)")
+    screenshot(page, f"exercise-5.3-{width}")
+    page.close()
 
 
 @pytest.mark.parametrize("width", [w for w, _ in LAPTOPS])
