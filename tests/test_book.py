@@ -462,7 +462,7 @@ NOTATION_CLASHES = {
 # chapters still to be brought in line: (chapter prefix, clash); empty when all follow the table.
 # TEMPORARY: chapter 14 was being edited by another helper when formulas that wrap onto the next
 # line were first read; it writes o_{h,t} = W_O^{(h)} ... (the lead empties this after merging)
-NOTATION_PENDING = {("14", "h as a head index (h is the bandwidth)")}
+NOTATION_PENDING = set()
 
 
 def notation_table():
@@ -513,6 +513,9 @@ SHARED_LETTERS = {
     "S": "$S$ alone, or with two indices, is a matrix of scores; with one index",
     "g": "$g$ alone is the group size",
     "h": "$h$ alone is a kernel's bandwidth; with an index",
+    r"\gamma": r"$\gamma$ alone is a RMSNorm's gain; with a token's index",
+    "x": r"$x$ with a word as superscript is a token's vector in another run",
+    "z": "$z$ alone is a number of standard deviations; with a token's index",
 }
 
 
@@ -801,7 +804,7 @@ DEFINITIONS_CHECKED = [path for path in CHAPTERS if "10" <= path.name[:2] <= "17
 
 # TEMPORARY: (chapter prefix, symbol) that chapters 14 and 17, edited by other helpers while the
 # inline definitions were first read, still define outside the table; the lead empties this
-DEFINITIONS_PENDING = {("14", "o_{h,t}")}
+DEFINITIONS_PENDING = set()
 
 
 @pytest.mark.parametrize("path", DEFINITIONS_CHECKED, ids=lambda path: path.name)

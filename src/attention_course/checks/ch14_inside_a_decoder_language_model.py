@@ -260,7 +260,8 @@ def _attribution_by_loop(write, final, gain, unembedding, eps, own_norm=False, w
 
 
 def _attribution_cases(seed):
-    """(name, write (L, D), final (L, D), gain (D,), unembedding (V, D), eps), float64."""
+    """(name, write (n, d_model), final (n, d_model), gain (d_model,), unembedding (n_vocab,
+    d_model), eps), float64."""
     shapes = [
         ("5 positions, width 8, 11 tokens", 5, 8, 11, 1e-5),
         ("3 positions, width 6, 20 tokens", 3, 6, 20, 1e-6),
@@ -277,9 +278,10 @@ def _attribution_cases(seed):
 
 @self_check
 def check_logit_attribution(fn, seed=0):
-    """Check fn(write (L, D), final_residual (L, D), gain (D,), unembedding (V, D), eps) ->
-    (L, V): the direct logit attribution of a write, the final RMSNorm linearised at the actual
-    stream (g * write / rms(final_residual), then the unembedding). Chapter 14, exercise 7."""
+    """Check fn(write (n, d_model), final_residual (n, d_model), gain (d_model,), unembedding
+    (n_vocab, d_model), eps) -> (n, n_vocab): the direct logit attribution of a write, the
+    final RMSNorm linearised at the actual stream (gamma * write / rms(final_residual), then the
+    unembedding). Chapter 14, exercise 7."""
     cases = _attribution_cases(seed)
     for case, write, final, gain, unembedding, eps in cases:
         expected = _attribution_by_loop(write, final, gain, unembedding, eps)
