@@ -589,15 +589,20 @@ def test_the_letter_rules_are_found():
 LETTER_RULES_PENDING = {("02", "h with an index is chapter 6's encoder state")}
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.name)
-def test_chapters_keep_the_shared_letters_apart(path):
+def markdown_maths(path):
+    """Every formula, inline or displayed, of a chapter's markdown."""
     notebook = nbformat.read(path, as_version=4)
-    maths = [
+    return [
         m
         for cell in notebook.cells
         if cell.cell_type == "markdown"
         for m in MATH.findall(cell.source)
     ]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.name)
+def test_chapters_keep_the_shared_letters_apart(path):
+    maths = markdown_maths(path)
     for name, (pattern, kind, chapters) in LETTER_RULES.items():
         if (path.name[:2] in chapters) == (kind == "only") or (
             (path.name[:2], name) in LETTER_RULES_PENDING
@@ -609,13 +614,7 @@ def test_chapters_keep_the_shared_letters_apart(path):
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.name)
 def test_chapters_follow_the_notation_table(path):
-    notebook = nbformat.read(path, as_version=4)
-    maths = [
-        m
-        for cell in notebook.cells
-        if cell.cell_type == "markdown"
-        for m in MATH.findall(cell.source)
-    ]
+    maths = markdown_maths(path)
     for name, (pattern, instead) in NOTATION_CLASHES.items():
         if (path.name[:2], name) in NOTATION_PENDING or (
             name.startswith("ell") and path.name.startswith("12_")

@@ -31,6 +31,7 @@ from attention_course import (
     kv_sharing,
     scaled_dot_product_attention,
 )
+from helpers.weights import randomized
 
 transformers = pytest.importorskip("transformers")
 gemma3n = pytest.importorskip("transformers.models.gemma3n.modeling_gemma3n")
@@ -212,17 +213,6 @@ def rope_cos_sin(positions, head_dim, base):
     angles = positions.double()[:, None] * inv_freq[None]
     angles = torch.cat([angles, angles], dim=-1)[None]
     return angles.cos(), angles.sin()
-
-
-def randomized(module, seed):
-    module = module.double().eval()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.copy_(
-                0.5 * torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
-            )
-    return module
 
 
 def rms(x, weight=None, eps=1e-6):

@@ -91,6 +91,7 @@ from attention_course import (
 )
 from helpers.mla_reference import mla_by_loops
 from helpers.rotary_reference import rotation_matrix
+from helpers.weights import randomized
 from tools.data import deepseek_reference as reference
 
 DeepseekV32Config = pytest.importorskip("transformers").DeepseekV32Config
@@ -146,18 +147,6 @@ def config(implementation="sdpa", **overrides):
 
 def theta(made):
     return made.rope_parameters["rope_theta"]
-
-
-def randomized(module, seed, dtype=torch.float64):
-    """The module in dtype, eval mode, every parameter (norms included) drawn N(0, 0.5^2)."""
-    module = module.to(dtype).eval()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.copy_(
-                0.5 * torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
-            )
-    return module
 
 
 def random_input(batch=2, seq=12, width=32, seed=0, dtype=torch.float64):
