@@ -1,15 +1,6 @@
-"""Random weights for `transformers` layers that the tests compare with the course's."""
+"""Random weights for `transformers` layers that the tests compare with the course's: the
+data maker's own rule (tools/data/deepseek_reference.py), so that both draw alike."""
 
-import torch
+from tools.data.deepseek_reference import randomized
 
-
-def randomized(module, seed, dtype=torch.float64):
-    """The module in dtype, eval mode, every parameter (norms included) drawn N(0, 0.5^2)."""
-    module = module.to(dtype).eval()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.copy_(
-                0.5 * torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
-            )
-    return module
+__all__ = ["randomized"]

@@ -88,14 +88,19 @@ def random_layer(made, seed=SEED, dtype=torch.float64):
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention
 
     torch.manual_seed(seed)
-    layer = DeepseekV3Attention(made, layer_idx=0).to(dtype).eval()
+    return randomized(DeepseekV3Attention(made, layer_idx=0), seed, dtype)
+
+
+def randomized(module, seed, dtype=torch.float64):
+    """The module in dtype, eval mode, every parameter (norms included) drawn N(0, 0.5^2)."""
+    module = module.to(dtype).eval()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for parameter in layer.parameters():
+        for parameter in module.parameters():
             parameter.copy_(
                 0.5 * torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
             )
-    return layer
+    return module
 
 
 def cos_sin(made, positions, dtype=torch.float64):
