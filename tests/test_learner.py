@@ -82,7 +82,9 @@ def test_rendered_notebook_has_no_markup_and_no_solution(chapter, pages):
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
 def test_every_exercise_is_a_heading_with_its_answer_cells(chapter):
     """Exercise N.k: its prompt, a link to its solution, a stub per coding answer, the check
-    cells, and an answer cell for a written part, before the next exercise."""
+    cells, an empty code cell where the model answer runs more code than the answer itself
+    (after the checks for a coding exercise), and an answer cell for a written part, before
+    the next exercise."""
     notebook = nbformat.read(ROOT / "notebooks" / chapter.name, as_version=4)
     found = exercises.exercises(nbformat.read(chapter, as_version=4))
     starts = [i for i, c in enumerate(notebook.cells) if c.source.startswith("### Exercise ")]
@@ -100,6 +102,14 @@ def test_every_exercise_is_a_heading_with_its_answer_cells(chapter):
         assert all(not c.outputs for c in stubs + checks)
         written = [c for c in cells if c.source == exercises.WRITTEN_ANSWER]
         assert len(written) == bool(exercise.written_points)
+        scratch = [i for i, c in enumerate(cells) if c.cell_type == "code"
+                   and c.source.startswith("# Your code for")]
+        more_code = any(c.cell_type == "code" for c in exercise.verification)
+        assert len(scratch) == more_code, exercise.label
+        if exercise.is_coding and more_code:
+            last_check = max(i for i, c in enumerate(cells)
+                             if "check" in c.metadata.get("tags", []))
+            assert scratch[0] > last_check, exercise.label
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)

@@ -68,6 +68,9 @@ SOLUTIONS_SHOWN = (
     "Here each exercise's solution (folded on the website) shows a worked answer and its check."
 )
 CODE_SCRATCH = "# Your code for this exercise, to go with your written answer."
+# A coding exercise whose model answer runs more code after the check (a comparison with the
+# chapter's own run, say) gets a cell for that part too.
+CODE_AFTER_CHECK = "# Your code for the rest of this exercise (the part after the check)."
 
 
 @dataclasses.dataclass
@@ -218,6 +221,8 @@ def learner_cells(notebook):
         cells.append(_clean_prompt(item))
         cells += [_copy(c, source=stub_solutions(c.source)) for c in item.answers]
         cells += [_copy(c) for c in item.checks]
+        if item.verification_code() and item.is_coding:
+            cells.append(nbformat.v4.new_code_cell(CODE_AFTER_CHECK))
         if item.written_points:
             if item.verification_code() and not item.is_coding:
                 cells.append(nbformat.v4.new_code_cell(CODE_SCRATCH))
