@@ -102,13 +102,17 @@ def test_every_exercise_is_a_heading_with_its_answer_cells(chapter):
         assert all(not c.outputs for c in stubs + checks)
         written = [c for c in cells if c.source == exercises.WRITTEN_ANSWER]
         assert len(written) == bool(exercise.written_points)
-        scratch = [i for i, c in enumerate(cells) if c.cell_type == "code"
-                   and c.source.startswith("# Your code for")]
+        scratch = [
+            i
+            for i, c in enumerate(cells)
+            if c.cell_type == "code" and c.source.startswith("# Your code for")
+        ]
         more_code = any(c.cell_type == "code" for c in exercise.verification)
         assert len(scratch) == more_code, exercise.label
         if exercise.is_coding and more_code:
-            last_check = max(i for i, c in enumerate(cells)
-                             if "check" in c.metadata.get("tags", []))
+            last_check = max(
+                i for i, c in enumerate(cells) if "check" in c.metadata.get("tags", [])
+            )
             assert scratch[0] > last_check, exercise.label
 
 

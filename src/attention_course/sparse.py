@@ -97,7 +97,7 @@ class LightningIndexer(nn.Module):
     def _scores(self, x, q_latent, positions, cache=None):
         """forward for checked arguments; with a cache (an IndexedLatentCache whose fit the
         caller checked), x's keys are appended to its indexer keys and every held key is
-        scored: (b, L, S)."""
+        scored: (b, n_q, n_k)."""
         batch, length, _ = x.shape
         work = torch.float32 if x.dtype in HALF_PRECISION else x.dtype
         # q_ti: the i-th block of W_IQ c_t; k_s = LayerNorm(W_IK x_s), one for all heads
@@ -107,7 +107,7 @@ class LightningIndexer(nn.Module):
         key_positions = positions
         if cache is not None:
             # the cache keeps k_s, d_I numbers a token; score every key it holds
-            keys = cache._append_index(keys)  # (b, S, d_I)
+            keys = cache._append_index(keys)  # (b, n_k, d_I)
             key_positions = torch.arange(keys.shape[1], device=x.device)
         # ReLU(q_ti . k_s / sqrt(d_I))
         dots = queries.to(work) @ keys.to(work)[:, None].transpose(-2, -1)  # (b, H_I, L, L)
@@ -115,7 +115,7 @@ class LightningIndexer(nn.Module):
         # eta_ti = (W_w x_t)_i / sqrt(H_I); I_ts = sum_i eta_ti votes_its
         weights = self.head_weights(x).to(work) / math.sqrt(self.num_heads)  # (b, L, H_I)
         scores = torch.einsum("bth,bhts->bts", weights, votes)  # (b, L, L)
-        causal = _kernels.allowed_by_position(positions, key_positions)  # (L, S)
+        causal = _kernels.allowed_by_position(positions, key_positions)  # (n_q, n_k)
         return scores.masked_fill(~causal, -math.inf)
 
     def _rope(self, x, positions):
@@ -191,14 +191,14 @@ class LightningIndexer(nn.Module):
 
 
 def top_k_mask(index_scores, k):
-    """Bool, the shape of index_scores (..., L, S): True at the k largest entries of each row
+    """Bool, the shape of index_scores (..., n_q, n_k): True at the k largest entries of each row
     (last axis), among those that are not -inf (nor NaN); a row with fewer such entries than k
     has them all. Ties at the k-th place are broken as torch.topk breaks them. Chapter 17."""
     require_float("index_scores", index_scores)
     if index_scores.dim() < 2:
         raise ValueError(
             f"index_scores {shape_of(index_scores)} must have at least 2 "
-            "dimensions (..., L, S): one row of scores per query"
+            "dimensions (..., n_q, n_k): one row of scores per query"
         )
     require_int("k", k, 1)
     return _top_k(index_scores, k)
@@ -243,7 +243,7 @@ class IndexedLatentCache(LatentCache):
 
     def update_indexer(self, index_key):
         """Append index_key (batch, t, index_head_dim); return every indexer key held,
-        (batch, S, index_head_dim). Chapter 17."""
+        (batch, n_k, index_head_dim). Chapter 17."""
         require_float("index_key", index_key, 3)
         held = self.index_keys
         if held is not None and (
@@ -275,11 +275,12 @@ class DeepSeekSparseAttention(nn.Module):
     MultiHeadLatentAttention's (q_rank required: the indexer reads c_t), top_k (index_topk),
     index_heads H_I and index_head_dim d_I; the indexer takes MLA's rope_dim and base.
 
-    forward(x (batch, L, embed_dim), cache=None, absorb=False) -> (output (batch, L,
-    embed_dim), weights (batch, num_heads, L, S), selected (batch, L, S) bool), causal. With a
-    cache (an IndexedLatentCache) x's tokens continue the cached ones: the cache keeps their
-    latents, RoPE keys and indexer keys, and the S keys are all it holds then; without, S = L.
-    One selection serves every head. With top_k >= S it is plain MLA. Equal to transformers'
+    forward(x (batch, n_q, embed_dim), cache=None, absorb=False) -> (output (batch, n_q,
+    embed_dim), weights (batch, num_heads, n_q, n_k), selected (batch, n_q, n_k) bool),
+    causal. With a cache (an IndexedLatentCache) x's tokens continue the cached ones: the cache
+    keeps their latents, RoPE keys and indexer keys, and the n_k keys are all it holds then;
+    without, n_k = n_q.
+    One selection serves every head. With top_k >= n_k it is plain MLA. Equal to transformers'
     DeepseekV32Attention with the same weights (`from_deepseek`), through its cache too.
     Chapter 17.
     """
@@ -345,8 +346,8 @@ class DeepSeekSparseAttention(nn.Module):
         # the keys it holds, x's appended)
         mla = self.attention
         q_latent = mla.q_norm(mla.q_down(x))  # c_t: (b, L, d_c')
-        scores = self.indexer._scores(x, q_latent, positions, cache)  # (b, L, S)
-        selected = _top_k(scores, self.top_k)  # (b, L, S)
+        scores = self.indexer._scores(x, q_latent, positions, cache)  # (b, n_q, n_k)
+        selected = _top_k(scores, self.top_k)  # (b, n_q, n_k)
         # MLA, causal AND selected, one selection for every head (x checked above); the
         # cache appends x's latents and RoPE keys
         output, weights = mla._attend(x, positions, cache, absorb, selected[:, None])
