@@ -322,7 +322,14 @@ class TinyDecoder(nn.Module):
         return model
 
     def _build(self, config):
-        self.embed = nn.Embedding(config.vocab_size, config.embed_dim)
+        shape = (config.vocab_size, config.embed_dim)
+        if torch.empty(0).device.type == "meta":
+            # built to be filled (load_smollm2): an Embedding given its weight
+            # skips the normal_ draw, which on "meta" loads PyTorch's Python
+            # meta kernels (about 3 s, once per process)
+            self.embed = nn.Embedding(*shape, _weight=torch.empty(shape))
+        else:
+            self.embed = nn.Embedding(*shape)
         self.blocks = nn.ModuleList(
             DecoderBlock._of_checked_config(config) for _ in range(config.num_layers)
         )
