@@ -2,7 +2,8 @@
 independent references: the pinned transformers' Qwen3NextAttention with its weights copied in
 (float64, to 1e-10; q/k norms, partial rotary, grouped heads and the causal mask as the model
 has them; transformers computes its norms, rotary angles and eager softmax in float32, so the
-test runs its sdpa path, its norm in the input's dtype and angles made in float64), a brute-force loop over heads, queries and elements, and the package's own
+test runs its sdpa path, its norm in the input's dtype and angles made in float64), a
+brute-force loop over heads, queries and elements, and the package's own
 scaled_dot_product_attention with the gate's sigmoid applied by hand."""
 
 import math
