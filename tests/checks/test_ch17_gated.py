@@ -104,7 +104,7 @@ def test_gated_attention_check_names_the_usual_mistakes(wrong, hint):
 def test_one_minus_sigmoid_is_named():
     def flipped(x, q_weight, k_weight, v_weight, o_weight, heads):
         # sigmoid(-g): the gate logits negated
-        n, d_h = x.shape[0], k_weight.shape[0] // heads
+        d_h = k_weight.shape[0] // heads
         q_rows = q_weight.view(heads, 2, d_h, -1).clone()
         q_rows[:, 1] = -q_rows[:, 1]
         return layer_by_sdpa(x, q_rows.reshape(q_weight.shape), k_weight, v_weight, o_weight, heads)
