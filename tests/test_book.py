@@ -703,7 +703,7 @@ _INDEX = re.compile(r"(?:[ijlnrst0-9+\-\s\[\]]|d/2)+|\\dots|\\ldots")
 _NOT_SYMBOLS = {r"\sum", r"\max", r"\min", r"\exp", r"\log", r"\frac", r"\big", r"\left"}
 # named functions a chapter may define in passing, and e and j as numbers (e^0 = 1, j^2 = -1)
 _FUNCTIONS = re.compile(
-    r"\\operatorname\{(?:tr|silu|SiLU|FFN|softmax|softplus|diag|RMSNorm|LayerNorm)\}"
+    r"\\operatorname\{(?:tr|silu|SiLU|FFN|softmax|softplus|sigmoid|diag|RMSNorm|LayerNorm)\}"
     r"|e(?![_\w])|\\mathrm\{j\}"
 )
 

@@ -1597,6 +1597,28 @@ REGISTRY = {
             "scale": optional(NUMBER),
         },
     ),
+    "attention_course.sinks.gated_attention": Case(
+        lambda: (
+            sinks.gated_attention,
+            dict(
+                query=randn(2, 4, 3, 5),
+                key=randn(2, 2, 6, 5, seed=1),
+                value=randn(2, 2, 6, 7, seed=2),
+                gate=randn(2, 4, 3, 7, seed=3),
+                attn_mask=torch.ones(3, 6, dtype=torch.bool),
+                is_causal=False,
+                scale=0.5,
+            ),
+        ),
+        {
+            "query": MATCHED,
+            "key": MATCHED,
+            "value": MATCHED,
+            "gate": MATCHED,
+            "attn_mask": ATTN_MASK,
+            "scale": optional(NUMBER),
+        },
+    ),
 }
 
 LOADER = (

@@ -66,7 +66,7 @@ from .scoring import (
     scaled_dot_product_scores,
     soft_nearest_neighbours,
 )
-from .sinks import sink_attention, sink_softmax
+from .sinks import gated_attention, sink_attention, sink_softmax
 from .sparse import (
     DeepSeekSparseAttention,
     IndexedLatentCache,
@@ -110,6 +110,7 @@ __all__ = [
     "delta_rule",
     "dot_product_scores",
     "flash_attention",
+    "gated_attention",
     "hybrid_cache_bytes",
     "kernel_scores",
     "kv_cache_bytes",

@@ -9,7 +9,11 @@ Notable:
 - omega_h = -inf gives back the plain softmax; a row with no allowed key gets weights and
   output 0, never NaN, with finite gradients;
 - equal to transformers' gpt-oss `eager_attention_forward`, which appends omega_h as an extra
-  column of logits, takes the softmax and drops that column.
+  column of logits, takes the softmax and drops that column;
+- the other remedy, Qwen3-Next's gated attention (Qiu et al. 2025): the softmax is left alone
+  and each head's output is multiplied, element by element, by sigmoid(g), g a gate logit that
+  the query's projection makes beside the query; gated_attention equals the attention step of
+  transformers' Qwen3NextAttention (between its q/k norms and rotary and its o_proj).
 """
 
 import torch
@@ -95,6 +99,11 @@ def sink_attention(query, key, value, sinks, attn_mask=None, is_causal=False, sc
     check_attn_mask(
         attn_mask, is_causal, (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
     )
+    return _sink_attention(query, key, value, sinks, attn_mask, is_causal, scale)
+
+
+def _sink_attention(query, key, value, sinks, attn_mask, is_causal, scale):
+    """sink_attention of checked arguments, scale a number."""
     dtype = query.dtype
     if dtype in HALF_PRECISION:
         query, key, value = query.float(), key.float(), value.float()
@@ -115,3 +124,39 @@ def sink_attention(query, key, value, sinks, attn_mask=None, is_causal=False, sc
     weights = _sink_softmax(scores, sinks)  # (b, H, n_q, n_k)
     output = weights.reshape(grouped.shape[:-1] + (n_keys,)) @ value[:, :, None]
     return (output.reshape(batch, heads, length, value.shape[-1]).to(dtype), weights.to(dtype))
+
+
+def gated_attention(query, key, value, gate, attn_mask=None, is_causal=False, scale=None):
+    """Attention with Qwen3-Next's output gate (Qiu et al. 2025's G1):
+    sigmoid(gate) * softmax(Q K^T * scale + mask) V, elementwise.
+
+    query (batch, heads, n_q, d), key (batch, kv_heads, n_k, d), value (batch,
+    kv_heads, n_k, d_v), heads a multiple of kv_heads (grouped as in
+    sink_attention). gate (batch, heads, n_q, d_v), one gate logit per output
+    element, as Qwen3-Next's q_proj makes beside each head's query; or (batch,
+    heads, n_q, 1), one per head and query. attn_mask, is_causal and scale as in
+    sink_attention. Returns (output (batch, heads, n_q, d_v), weights (batch,
+    heads, n_q, n_k)): the weights are the plain softmax's, the gate scales only
+    the output. float16/bfloat16 are computed in float32. A query with no
+    allowed key gets zero weights and a zero output. Chapter 17.
+    """
+    check_grouped(query, key, value, names=("query", "key", "value"))
+    require_float("gate", gate, 4)
+    require_same_dtype("query", query, "gate", gate)
+    batch, heads, n_q = query.shape[:3]
+    d_v = value.shape[-1]
+    if gate.shape[:3] != (batch, heads, n_q) or gate.shape[-1] not in (d_v, 1):
+        raise ValueError(
+            f"gate {shape_of(gate)} must be (batch, heads, n_q, d_v) = "
+            f"({batch}, {heads}, {n_q}, {d_v}) or (batch, heads, n_q, 1), for "
+            f"query {shape_of(query)} and value {shape_of(value)}"
+        )
+    scale = check_scale(scale, query)
+    check_attn_mask(attn_mask, is_causal, (batch, heads, n_q, key.shape[2]))
+    # a sink of -inf takes no weight: the plain softmax, masked rows zero
+    closed = torch.full((heads,), float("-inf"), dtype=query.dtype, device=query.device)
+    output, weights = _sink_attention(query, key, value, closed, attn_mask, is_causal, scale)
+    # each output element times the sigmoid of its gate logit
+    wide = torch.float32 if query.dtype in HALF_PRECISION else query.dtype
+    gated = output.to(wide) * torch.sigmoid(gate.to(wide))
+    return gated.to(query.dtype), weights

@@ -17,7 +17,8 @@ that does not sum to one, a value off). While your answer is still the stub (it 
 
 The checks live in one module per chapter, named after its notebook (`ch01_attention_pooling`
 ... `ch17_sparse_and_hybrid_attention`; chapter 12's exercise 5 has its own,
-`ch12_flash_autograd`, and so has chapter 17's exercise 6, `ch17_kv_sharing`), on the shared
+`ch12_flash_autograd`, and so have chapter 17's exercises 6 and 7, `ch17_kv_sharing` and
+`ch17_gated`), on the shared
 helpers of `core`. Every `check_...` is importable from here, listed below by chapter."""
 
 # chapter 1: Queries, keys, values and attention pooling
@@ -95,6 +96,7 @@ from .ch16_linear_attention import (
 )
 
 # chapter 17: Sparse and hybrid attention in the models of 2025
+from .ch17_gated import check_gated_attention
 from .ch17_kv_sharing import check_kv_sources
 from .ch17_sparse_and_hybrid_attention import (
     check_causal_top_k,
