@@ -705,8 +705,12 @@ REGISTRY = {
         },
     ),
     "attention_course.decoding.KVCache": Case(
-        lambda: (decoding.KVCache, dict(window=4, sinks=1)),
-        {"window": optional(COUNT), "sinks": COUNT_OR_ZERO},
+        lambda: (decoding.KVCache, dict(window=4, sinks=1, renumber=True)),
+        {"window": optional(COUNT), "sinks": COUNT_OR_ZERO, "renumber": FLAG},
+    ),
+    "attention_course.decoding.KVCache.renumbered": Case(
+        lambda: (decoding.KVCache(4, 1, renumber=True).renumbered, dict(positions=torch.arange(3))),
+        {"positions": INTEGERS},
     ),
     "attention_course.decoding.KVCache.update": Case(
         lambda: (
@@ -770,8 +774,8 @@ REGISTRY = {
         lambda: (tiny_decoder().new_caches, {}), {}
     ),
     "attention_course.decoding.TinyDecoder.windowed": Case(
-        lambda: (entered(tiny_decoder().windowed), dict(window=3, sinks=1)),
-        {"window": optional(COUNT), "sinks": COUNT_OR_ZERO},
+        lambda: (entered(tiny_decoder().windowed), dict(window=3, sinks=1, renumber=True)),
+        {"window": optional(COUNT), "sinks": COUNT_OR_ZERO, "renumber": FLAG},
     ),
     "attention_course.decoding.TinyDecoder.rope_scaled": Case(
         lambda: (entered(tiny_decoder().rope_scaled), dict(scaling=YARN, base=100.0)),
@@ -1211,6 +1215,7 @@ REGISTRY = {
             "norm_eps": NON_NEGATIVE,
             "tie_embeddings": FLAG,
             "rope_scaling": optional(SCALING),
+            "renumber": FLAG,
         },
     ),
     "attention_course.pretrained.smollm2.chat_prompt": Case(
@@ -1650,6 +1655,8 @@ EXEMPT = {
             "load_minilm_reference",
             "load_smollm2_reference",
             "load_seq2seq_long_training",
+            "load_python_reference_sections",
+            "load_streaming_past_context",
         )
     },
     **{

@@ -28,6 +28,8 @@ class DecoderConfig:
     norm_eps: the RMSNorms' eps; context_length: the longest text it was
     trained on (None: not stated); window, sinks: a sliding window of that
     many keys, keeping the first `sinks` tokens (None, 0: every key);
+    renumber: new caches renumber positions inside the cache (StreamingLLM,
+    chapter 14's `KVCache(renumber=True)`);
     tie_embeddings: the output projection reuses the embedding matrix;
     rope_scaling: a config's rope_parameters dict (chapter 10's RoPE
     scaling, applied in every layer; "dynamic" takes C from context_length
@@ -46,6 +48,7 @@ class DecoderConfig:
     sinks: int = 0
     tie_embeddings: bool = False
     rope_scaling: dict = None
+    renumber: bool = False
 
     def __post_init__(self):
         for name in ("vocab_size", "embed_dim", "num_layers", "hidden_dim"):
@@ -58,6 +61,7 @@ class DecoderConfig:
         if self.context_length is not None:
             require_int("context_length", self.context_length, 1)
         check_window(self.window, self.sinks)
+        require_instance("renumber", self.renumber, bool, "a bool")
         require_instance("tie_embeddings", self.tie_embeddings, bool, "a bool")
         self.rope_scaling = check_scaling(
             self.rope_scaling, self.rope_base, self.context_length, name="rope_scaling"

@@ -31,6 +31,8 @@ SMOLLM2_REFERENCE_SHA256 = "07c16fa1c38c7ec2a3026d05876bef184a2d32f1823126f0592a
 EXECUTION_MODEL_SHA256 = "607922e2f0b29a54ba29f506445adcfcb26d74506d169b8a5db28fe8752d293b"
 DEEPSEEK_REFERENCE_SHA256 = "fc44c6a8b8bcf081d99c4d3f2bac80c47ef38af09fccf3c5d13ed0c869e273b3"
 SEQ2SEQ_LONG_TRAINING_SHA256 = "5550b0e25453f7930c2e73d11a73084dbb097929cf8757a1257988a71bf0d91f"
+REFERENCE_SECTIONS_SHA256 = "d6c05790ec308ea325327e7508f2d52619fe6838924a3b217540fa80474d1fa1"
+STREAMING_PAST_CONTEXT_SHA256 = "085573d680e0640761a22b571ee1500dd8cf29c5f67ff38a93a792ab84d7dde5"
 
 
 def data_dir():
@@ -126,6 +128,24 @@ def load_execution_model(path=None):
     real text chapter 14 streams through a language model. Checksum-verified. Chapter 10."""
     path = pathlib.Path(path) if path else data_dir() / "execution_model.txt"
     return _verified_bytes(path, EXECUTION_MODEL_SHA256).decode()
+
+
+def load_python_reference_sections(path=None):
+    """Four sections of the Python Language Reference ("assignment", "import",
+    "comparisons", "customization": CPython 3.11's pydoc topics, PSF License),
+    about 10,500 SmolLM2 tokens: the stream chapter 14 reads past the model's
+    declared context. Checksum-verified. Chapter 14."""
+    path = pathlib.Path(path) if path else data_dir() / "python_reference_sections.txt"
+    return _verified_bytes(path, REFERENCE_SECTIONS_SHA256).decode()
+
+
+def load_streaming_past_context(path=None):
+    """SmolLM2 reading python_reference_sections.txt chunk by chunk through four caches
+    (a window; window and sinks, renumbered or not; the full cache): a dict with the
+    settings and "chunk_losses", each variant's mean next-token loss per chunk.
+    Checksum-verified; tools/data/streaming_past_context.py wrote it. Chapter 14."""
+    path = pathlib.Path(path) if path else data_dir() / "streaming_past_context.json"
+    return json.loads(_verified_bytes(path, STREAMING_PAST_CONTEXT_SHA256))
 
 
 def load_zen_of_python(path=None):

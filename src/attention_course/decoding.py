@@ -1,7 +1,8 @@
 """Decoding with a KV cache (chapter 11).
 
 - `KVCache`: one layer's keys and values, with an optional sliding window
-  and attention sinks (StreamingLLM);
+  and attention sinks (StreamingLLM), positions renumbered inside the
+  cache if asked (chapter 14);
 - `TinyDecoder`: a decoder-only transformer laid out like Llama (pre-norm
   RMSNorm, grouped-query attention with RoPE, SwiGLU), its sizes in one
   `DecoderConfig`; every mask is built from absolute positions, so a chunk
@@ -56,22 +57,35 @@ class KVCache:
     `key_positions` gives the positions (S,) of the keys the last update
     returned, `seen` the number of tokens appended so far (the position of the
     next token), `nbytes` the bytes held.
+
+    renumber=True is StreamingLLM's rule for positions (chapter 14): a
+    decoder's layer then caches its keys before RoPE and, at each update,
+    rotates the queries and every key by their position inside the cache
+    rather than in the text: the sinks 0, ..., k - 1, then the keys that
+    the update's first query can see, k, k + 1, ..., the new tokens last
+    (`renumbered`). One token at a time, the query and its n visible keys
+    sit at 0, ..., n - 1, so no position exceeds window + sinks - 1 however
+    long the stream; until a token leaves the window nothing changes.
     Chapter 11.
     """
 
-    def __init__(self, window=None, sinks=0):
+    def __init__(self, window=None, sinks=0, renumber=False):
         check_window(window, sinks)
-        self._start(window, sinks)
+        require_instance("renumber", renumber, bool, "a bool")
+        self._start(window, sinks, renumber)
 
     @classmethod
-    def _of_checked_window(cls, window, sinks):
+    def _of_checked_window(cls, window, sinks, renumber=False):
         """An empty cache for a window and sinks its decoder has checked."""
         cache = cls.__new__(cls)
-        cache._start(window, sinks)
+        cache._start(window, sinks, renumber)
         return cache
 
-    def _start(self, window, sinks):
-        self.window, self.sinks = window, sinks
+    def _start(self, window, sinks, renumber):
+        self.window, self.sinks, self.renumber = window, sinks, renumber
+        # the first text position after the sinks that the last update's
+        # first query could see: it sits at position `sinks` in the cache
+        self._first_seen = sinks
         self.keys = self.values = None
         # positions (held,) of the tokens held
         self.positions = torch.zeros(0, dtype=torch.long)
@@ -138,6 +152,8 @@ class KVCache:
     def _append(self, key, value):
         """update for keys and values the caller's layer made (and so trusts)."""
         new = torch.arange(self.seen, self.seen + key.shape[2])
+        if self.renumber and self.window is not None:
+            self._first_seen = max(self.sinks, self.seen - self.window + 1)
         if self.keys is None:
             keys, values, positions = key, value, new
         else:
@@ -154,6 +170,24 @@ class KVCache:
                 self.values = values[:, :, keep.to(values.device)]
                 self.positions = positions[keep]
         return keys, values
+
+    def renumbered(self, positions):
+        """Positions in the text (an integer tensor) -> their positions inside
+        the cache at the last update: a sink keeps its own; a later token
+        moves down so that the first one the update's first query could see
+        sits just after the sinks (keys nobody could see come out below it,
+        masked anyway). Without renumber, or before anything left the
+        window, the positions themselves. Chapter 14."""
+        require_integer("positions", positions, 1)
+        return self._renumbered(positions)
+
+    def _renumbered(self, positions):
+        shift = self._first_seen - self.sinks
+        return (
+            positions
+            if shift == 0
+            else torch.where(positions < self.sinks, positions, positions - shift)
+        )
 
 
 class DecoderBlock(nn.Module):
@@ -208,19 +242,31 @@ class DecoderBlock(nn.Module):
         q = _kernels.split_heads(layer.q_proj(x), layer.num_heads)
         k = _kernels.split_heads(layer.k_proj(x), layer.num_kv_heads)
         v = _kernels.split_heads(layer.v_proj(x), layer.num_kv_heads)
-        # rotate queries and keys in one call (keys once, then cached), with
-        # the config's RoPE scaling if it has one (chapter 10)
-        rotated = rotate(torch.cat([q, k], dim=1), positions, self.base, self.config.rope_scaling)
-        q, k = rotated.split([q.shape[1], k.shape[1]], dim=1)
-        # append to the cache: keys and values (batch, H_kv, S, d_h)
-        key_positions = positions
-        if cache is not None:
+        if cache is not None and cache.renumber:
+            # StreamingLLM: cache the keys unrotated; rotate the queries and
+            # all keys by their positions inside the cache (chapter 14)
             k, v = cache._append(k, v)
             key_positions = cache.key_positions
+            q = self._rotated(q, cache._renumbered(positions))
+            k = self._rotated(k, cache._renumbered(key_positions).to(x.device))
+        else:
+            # rotate queries and keys in one call (keys once, then cached),
+            # with the config's RoPE scaling if it has one (chapter 10)
+            rotated = self._rotated(torch.cat([q, k], dim=1), positions)
+            q, k = rotated.split([q.shape[1], k.shape[1]], dim=1)
+            # append to the cache: keys and values (batch, H_kv, S, d_h)
+            key_positions = positions
+            if cache is not None:
+                k, v = cache._append(k, v)
+                key_positions = cache.key_positions
         # causal (and windowed) mask from absolute positions, then attention
         mask = _kernels.allowed_by_position(positions, key_positions, self.window, self.sinks)
         heads, weights = _kernels.grouped_attention(q, k, v, mask.to(x.device))
         return layer.out_proj(_kernels.merge_heads(heads)), weights
+
+    def _rotated(self, x, positions):
+        """RoPE at positions, with the config's base and scaling."""
+        return rotate(x, positions, self.base, self.config.rope_scaling)
 
     def forward_with_weights(self, x, positions, cache=None):
         """(the block's output (batch, L, embed_dim), its attention weights
@@ -352,15 +398,23 @@ class TinyDecoder(nn.Module):
 
     def new_caches(self):
         """One empty KVCache per layer, with the model's window and sinks. Chapter 11."""
-        return [KVCache._of_checked_window(self.window, self.sinks) for _ in self.blocks]
+        config = self.config
+        return [
+            KVCache._of_checked_window(config.window, config.sinks, config.renumber)
+            for _ in self.blocks
+        ]
 
     @contextlib.contextmanager
-    def windowed(self, window, sinks=0):
+    def windowed(self, window, sinks=0, renumber=False):
         """Within the block, the model reads through a sliding window of
         `window` tokens and keeps the first `sinks` (masks and new caches
-        alike), as if built with them; its own settings come back after. Chapter 11."""
+        alike), as if built with them; its own settings come back after.
+        renumber=True: new caches renumber positions inside the cache
+        (StreamingLLM, `KVCache`; chapter 14); a pass without caches reads
+        its tokens at their own positions, as a fresh cache would. Chapter 11."""
         check_window(window, sinks)
-        with _overridden(self.config, window=window, sinks=sinks):
+        require_instance("renumber", renumber, bool, "a bool")
+        with _overridden(self.config, window=window, sinks=sinks, renumber=renumber):
             yield self
 
     @contextlib.contextmanager
