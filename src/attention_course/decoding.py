@@ -310,7 +310,8 @@ class TinyDecoder(nn.Module):
     With caches (one KVCache per layer, from new_caches()) the ids continue the
     tokens already cached, at positions cache.seen onwards. generate(ids,
     max_new_tokens, use_cache=True) appends greedy tokens -> (batch, seq +
-    max_new_tokens); with and without the cache the tokens are identical.
+    max_new_tokens); with and without the cache the tokens are identical
+    (unless positions are renumbered inside a window: see generate).
 
     Keyword-only sizes of a real model (defaults: chapter 11's): hidden_dim of
     the SwiGLU feed-forward (4 * embed_dim), the RoPE base, the RMSNorms' eps,
@@ -515,7 +516,9 @@ class TinyDecoder(nn.Module):
         With the cache: one prefill pass over the prompt, then one token per
         step; without it every step re-reads the whole sequence. With stop_id
         (an end-of-text token), decoding stops once every row has produced it
-        (rows that stopped earlier repeat it), so the result may be shorter. Chapter 11."""
+        (rows that stopped earlier repeat it), so the result may be shorter.
+        Under windowed(..., renumber=True) the two differ once tokens leave the
+        window: a pass without the cache reads the text's own positions. Chapter 11."""
         self._check_ids(ids)
         require_int("max_new_tokens", max_new_tokens, 0)
         if stop_id is not None:
