@@ -3,7 +3,10 @@ independent brute-force decoder: per layer, plain lists of unrotated keys and va
 call the keys some query of the call may see (the sinks, then the window of its first query,
 then the new tokens) numbered 0, 1, ..., n - 1 and rotated at those positions by a RoPE written
 here, the queries at their own keys' numbers, and PyTorch's scaled_dot_product_attention with
-each query's window and sinks as its mask. Float64 to 1e-10. Also: with nothing evicted,
+each query's window and sinks as its mask. Float64 to 1e-10. One token at a time this is the
+paper's rule (the query and its keys at 0, ..., n - 1); for calls of several tokens it is the
+course's choice, which the loop restates rather than derives (the paper's code evicts before a
+chunk and reads it causally). Also: with nothing evicted,
 renumbering changes nothing; and chapter 14's stored stream past SmolLM2's context
 (data/streaming_past_context.json) is what tools/data/streaming_past_context.py computes."""
 
@@ -168,3 +171,18 @@ def test_the_stored_stream_is_what_the_script_computes():
         stored = record["chunk_losses"][name]
         assert len(stored) == -(-(record["tokens"] - 1) // record["chunk"])
         assert losses == pytest.approx(stored[: script.CHECKED_CHUNKS], abs=1e-4)
+
+
+def test_chunked_renumbering_reaches_window_plus_sinks_plus_chunk_minus_two():
+    """Token by token no position exceeds window + sinks - 1; a chunk of c tokens moves its
+    last query to window + sinks + c - 2 (chapter 14 prints 382 for 252 + 4 and 128)."""
+    for window, sinks, chunk in [(252, 4, 128), (6, 2, 1), (6, 2, 4), (5, 0, 3)]:
+        cache, highest = KVCache(window, sinks, renumber=True), 0
+        for start in range(0, 5 * max(chunk, window), chunk):
+            piece = torch.zeros(1, 1, chunk, 1)
+            cache.update(piece, piece)
+            queries = torch.arange(start, start + chunk)
+            highest = max(highest, int(cache.renumbered(queries).max()))
+            keys = cache.renumbered(cache.key_positions)
+            assert int(keys.max()) == int(cache.renumbered(queries).max())
+        assert highest == window + sinks + chunk - 2, (window, sinks, chunk)

@@ -36,7 +36,7 @@ VARIANTS = {  # name: model.windowed's settings; every windowed cache holds 256 
     "window + 4 sinks, text positions": dict(window=WINDOW - SINKS, sinks=SINKS),
     "full": dict(window=None),
 }
-CHECKED_CHUNKS = 3  # what --check and tests/test_data.py recompute
+CHECKED_CHUNKS = 3  # what --check and tests/test_streaming.py recompute
 
 
 def reference_text():
