@@ -27,7 +27,8 @@ def normal(*shape, seed=0, dtype=F64):
 
 def small_config():
     """Qwen3-Next's attention at toy sizes: 4 query heads over 2 KV heads of 8 dimensions,
-    a quarter of each head rotated (the real model's partial_rotary_factor)."""
+    half of each head rotated (partial_rotary_factor 0.5; the real model's, the config's
+    default, is 0.25: half makes the toy's rotated part 4 dimensions, not 2)."""
     return transformers.Qwen3NextConfig(
         hidden_size=12,
         num_attention_heads=4,
@@ -102,6 +103,15 @@ def float64_angles(config, n):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_equals_transformers_qwen3_next_attention(seed, monkeypatch):
+    # the norm patched in below equals transformers' own forward (x / rms(x) * (1 + w)) on
+    # float32 input, where that forward's casts change nothing
+    norm = qwen3_next.Qwen3NextRMSNorm(8, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(normal(8, seed=50 + seed, dtype=torch.float32))
+    sample = normal(3, 5, 8, seed=60 + seed, dtype=torch.float32) * 3
+    with torch.no_grad():
+        gap = (norm_in_its_dtype(norm, sample) - norm(sample)).abs().max().item()
+    assert gap < 1e-6
     monkeypatch.setattr(qwen3_next.Qwen3NextRMSNorm, "forward", norm_in_its_dtype)
     config = small_config()
     layer = their_layer(config, seed=10 * seed)

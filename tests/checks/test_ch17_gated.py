@@ -26,11 +26,14 @@ def layer_by_loops(x, q_weight, k_weight, v_weight, o_weight, heads, slip=None):
                 1,
             )
         query, gate = rows[:, :d_h], rows[:, d_h:]
+        if slip == "swapped":  # the gate rows taken for the query and back
+            query, gate = gate, query
+        scale = 1.0 if slip == "unscaled" else d_h**-0.5
         key = x @ k_weight[h * d_h : (h + 1) * d_h].T
         value = x @ v_weight[h * d_h : (h + 1) * d_h].T
         head = torch.stack(
             [
-                torch.softmax(query[t] @ key[: t + 1].T / d_h**0.5, -1) @ value[: t + 1]
+                torch.softmax(query[t] @ key[: t + 1].T * scale, -1) @ value[: t + 1]
                 for t in range(n)
             ]
         )  # (n, d_h)
@@ -89,6 +92,8 @@ def through_the_package(x, q_weight, k_weight, v_weight, o_weight, heads):
         (slipping("none"), "the head's output is not gated"),
         (slipping("after"), "BEFORE o_proj"),
         (slipping("halves"), "split its output per head"),
+        (slipping("unscaled"), "the scores are not scaled"),
+        (slipping("swapped"), "query and gate are swapped"),
         (
             lambda *args: layer_by_loops(*args[:-1], args[-1]) * 0 + 1,
             "your output at index",

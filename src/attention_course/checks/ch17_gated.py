@@ -25,10 +25,13 @@ def _merged(output):
     return output.transpose(0, 1).reshape(output.shape[1], -1)
 
 
-def _read(x, query, weights_k, weights_v, heads):
-    """Each head's causal softmax read, before any gate: (heads, n, d_h)."""
+def _read(x, query, weights_k, weights_v, heads, scaled=True):
+    """Each head's causal softmax read, before any gate: (heads, n, d_h); scores times
+    1/sqrt(d_h) unless `scaled` is False."""
     key, value = _heads(x, weights_k, heads), _heads(x, weights_v, heads)
-    scores = query @ key.transpose(-2, -1) / query.shape[-1] ** 0.5
+    scores = query @ key.transpose(-2, -1)
+    if scaled:
+        scores = scores / query.shape[-1] ** 0.5
     causal = torch.ones(x.shape[0], x.shape[0], dtype=torch.bool).tril()
     return scores.masked_fill(~causal, float("-inf")).softmax(-1) @ value
 
@@ -53,6 +56,7 @@ def _gated_mistakes(x, q_weight, k_weight, v_weight, o_weight, heads):
     )
     query, gate = _split(x, q_weight, heads)
     read = _read(x, query, k_weight, v_weight, heads)  # (H, n, d_h)
+    sig = torch.sigmoid(gate)
     # queries and gates as the two halves of the whole projection
     first, second = (x @ q_weight.T).chunk(2, dim=-1)  # (n, H d_h) each
     halves_query = first.view(x.shape[0], heads, -1).transpose(0, 1)
@@ -73,6 +77,16 @@ def _gated_mistakes(x, q_weight, k_weight, v_weight, o_weight, heads):
         (
             _merged(read * (1 - torch.sigmoid(gate))) @ o_weight.T,
             "the gate is sigmoid(g), not 1 - sigmoid(g) = sigmoid(-g)",
+        ),
+        (
+            _merged(_read(x, query, k_weight, v_weight, heads, scaled=False) * sig) @ o_weight.T,
+            "the scores are not scaled: divide them by sqrt(d_h), with d_h = "
+            "q_weight.shape[0] // (2 * heads), before the softmax",
+        ),
+        (
+            _merged(_read(x, gate, k_weight, v_weight, heads) * torch.sigmoid(query)) @ o_weight.T,
+            "query and gate are swapped: within each head's 2 d_h rows of q_proj the "
+            "first d_h make the query, the last d_h the gate logits",
         ),
         (
             _merged(halves) @ o_weight.T,
