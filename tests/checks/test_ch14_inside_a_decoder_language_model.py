@@ -152,3 +152,63 @@ def test_logit_attribution_check_accepts_rms_norm_and_names_the_slips():
         checks.check_logit_attribution(own_norm)
     with pytest.raises(CheckFailed, match="scale g"):
         checks.check_logit_attribution(no_gain)
+
+
+def streaming_positions_from_the_package(t, window, sinks):
+    """The course's KVCache(window, sinks, renumber=True), fed one token at a time."""
+    cache = attention_course.KVCache(window, sinks, renumber=True)
+    for _ in range(t + 1):
+        piece = torch.zeros(1, 1, 1, 1)
+        cache.update(piece, piece)
+    # what it holds once the token that left the window is dropped (the last update
+    # returned it too, masked), and where those keys sit inside the cache
+    return cache.positions, cache.renumbered(cache.positions)
+
+
+def streaming_positions_with_a_mask(t, window, sinks):
+    positions = torch.arange(t + 1)
+    held = positions[(positions < sinks) | (positions > t - window)]
+    return held, torch.arange(len(held))
+
+
+def test_streaming_positions_check_accepts_two_answers_and_names_the_usual_slips():
+    checks.check_streaming_positions(streaming_positions_from_the_package)
+    checks.check_streaming_positions(streaming_positions_with_a_mask, seed=3)
+
+    def one_too_many(t, window, sinks):
+        positions = torch.arange(t + 1)
+        held = positions[(positions < sinks) | (positions >= t - window)]
+        return held, torch.arange(len(held))
+
+    def no_sinks(t, window, sinks):
+        held = torch.arange(max(0, t - window + 1), t + 1)
+        return held, torch.arange(len(held))
+
+    def twice(t, window, sinks):
+        held = torch.cat(
+            [torch.arange(min(sinks, t + 1)), torch.arange(max(0, t - window + 1), t + 1)]
+        )
+        return held, torch.arange(len(held))
+
+    def text_positions(t, window, sinks):
+        held = streaming_positions_with_a_mask(t, window, sinks)[0]
+        return held, held
+
+    for wrong, hint in [
+        (one_too_many, "window \\+ 1 keys"),
+        (no_sinks, "left out the sinks"),
+        (twice, "held once"),
+        (text_positions, "text's positions again"),
+    ]:
+        with pytest.raises(CheckFailed, match=hint):
+            checks.check_streaming_positions(wrong)
+    with pytest.raises(CheckFailed, match="tuple"):
+        checks.check_streaming_positions(lambda t, window, sinks: torch.arange(3))
+
+
+def test_streaming_positions_check_waits_for_an_answer(capsys):
+    def stub(t, window, sinks):
+        raise NotImplementedError()
+
+    checks.check_streaming_positions(stub)
+    assert "Not yet answered" in capsys.readouterr().out

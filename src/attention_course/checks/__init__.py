@@ -78,6 +78,7 @@ from .ch14_inside_a_decoder_language_model import (
     check_induction_targets,
     check_key_patched_weights,
     check_logit_attribution,
+    check_streaming_positions,
 )
 
 # chapter 15: Multi-head latent attention

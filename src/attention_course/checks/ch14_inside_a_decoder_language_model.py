@@ -301,3 +301,88 @@ def check_logit_attribution(fn, seed=0):
                     raise CheckFailed(f"case '{case}': {hint}")
         compare(got, expected, case, "attribution", atol=1e-8)
     passed("your direct logit attribution", len(cases))
+
+
+def _streaming_positions_by_loop(t, window, sinks, wide=0, with_sinks=True, once=True):
+    """(text positions, cache positions) of the keys query t reads, one token at a time:
+    the first `sinks` tokens and the last `window` (t among them), each once, numbered
+    0, 1, ... inside the cache. The options make the usual slips."""
+    firsts = list(range(min(sinks, t + 1))) if with_sinks else []
+    recent = list(range(max(0, t - window + 1 - wide), t + 1))
+    text = firsts + [s for s in recent if s not in firsts] if once else firsts + recent
+    return torch.tensor(text), torch.arange(len(text))
+
+
+def _streaming_cases(seed):
+    """(name, t, window, sinks): before, at and past the window's filling; with no sinks."""
+    rng = generator(seed)
+    t, window, sinks = (
+        int(torch.randint(low, high, (1,), generator=rng))
+        for low, high in ((40, 200), (3, 20), (1, 5))
+    )
+    return [
+        ("t = 3, window 4, 2 sinks", 3, 4, 2),
+        ("t = 5, window 4, 2 sinks", 5, 4, 2),
+        ("t = 20, window 4, 2 sinks", 20, 4, 2),
+        ("t = 20, window 6, no sinks", 20, 6, 0),
+        ("t = 10, window 1, 1 sink", 10, 1, 1),
+        (f"t = {t}, window {window}, {sinks} sinks", t, window, sinks),
+    ]
+
+
+@self_check
+def check_streaming_positions(fn, seed=0):
+    """Check fn(t, window, sinks) -> (text positions (n,), cache positions (n,)): the keys a
+    query at text position t reads through a StreamingLLM cache fed one token at a time (the
+    first `sinks` tokens and the last `window`, t included, each once, in order) and their
+    positions inside the cache, 0, ..., n - 1. Chapter 14, exercise 8."""
+    cases = _streaming_cases(seed)
+    for case, t, window, sinks in cases:
+        text, inside = _streaming_positions_by_loop(t, window, sinks)
+        got = run(fn, (t, window, sinks), case)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise CheckFailed(
+                f"case '{case}': return a tuple (text positions, cache positions), "
+                f"got {type(got).__name__}"
+            )
+        got_text, got_inside = (
+            g.to(torch.int64) if isinstance(g, torch.Tensor) else g for g in got
+        )
+        slips = [
+            (
+                dict(wide=1),
+                "your window holds window + 1 keys: it holds the query's own token and "
+                "the window - 1 before it",
+            ),
+            (
+                dict(with_sinks=False),
+                "you left out the sinks: the first `sinks` tokens stay in the cache whatever t is",
+            ),
+            (
+                dict(once=False),
+                "a token that is both a sink and in the window is held once: count it once",
+            ),
+        ]
+        for options, hint in slips:
+            wrong, _ = _streaming_positions_by_loop(t, window, sinks, **options)
+            if (
+                isinstance(got_text, torch.Tensor)
+                and got_text.shape == wrong.shape
+                and torch.equal(got_text, wrong)
+                and not (wrong.shape == text.shape and torch.equal(wrong, text))
+            ):
+                raise CheckFailed(f"case '{case}': {hint}")
+        compare(got_text, text, case, "text positions", atol=0)
+        if (
+            isinstance(got_inside, torch.Tensor)
+            and got_inside.shape == text.shape
+            and torch.equal(got_inside, text)
+            and not torch.equal(text, inside)
+        ):
+            raise CheckFailed(
+                f"case '{case}': those are the text's positions again; inside the cache "
+                "the keys are numbered 0, 1, ..., n - 1 in order, sinks first, so the "
+                "query (the last key) sits at n - 1"
+            )
+        compare(got_inside, inside, case, "cache positions", atol=0)
+    passed("your StreamingLLM positions", len(cases))
