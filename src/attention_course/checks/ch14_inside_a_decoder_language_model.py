@@ -330,6 +330,13 @@ def _streaming_cases(seed):
     ]
 
 
+def _same_positions(got, expected):
+    """Whether got is a tensor of expected's shape and values."""
+    return (
+        isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.equal(got, expected)
+    )
+
+
 @self_check
 def check_streaming_positions(fn, seed=0):
     """Check fn(t, window, sinks) -> (text positions (n,), cache positions (n,)): the keys a
@@ -365,20 +372,10 @@ def check_streaming_positions(fn, seed=0):
         ]
         for options, hint in slips:
             wrong, _ = _streaming_positions_by_loop(t, window, sinks, **options)
-            if (
-                isinstance(got_text, torch.Tensor)
-                and got_text.shape == wrong.shape
-                and torch.equal(got_text, wrong)
-                and not (wrong.shape == text.shape and torch.equal(wrong, text))
-            ):
+            if _same_positions(got_text, wrong) and not _same_positions(wrong, text):
                 raise CheckFailed(f"case '{case}': {hint}")
         compare(got_text, text, case, "text positions", atol=0)
-        if (
-            isinstance(got_inside, torch.Tensor)
-            and got_inside.shape == text.shape
-            and torch.equal(got_inside, text)
-            and not torch.equal(text, inside)
-        ):
+        if _same_positions(got_inside, text) and not _same_positions(text, inside):
             raise CheckFailed(
                 f"case '{case}': those are the text's positions again; inside the cache "
                 "the keys are numbered 0, 1, ..., n - 1 in order, sinks first, so the "
