@@ -49,6 +49,7 @@ from attention_course import (
     sinks,
     sparse,
     tiled,
+    triton_flash,
 )
 from attention_course.pretrained import circuits, heads, minilm, smollm2
 from helpers.qwen3_next import small_qwen3_next_config
@@ -846,6 +847,28 @@ REGISTRY = {
     "attention_course.tiled.naive_attention": Case(
         lambda: (tiled.naive_attention, dict(**qkv(), is_causal=True)),
         {"query": MATCHED, "key": MATCHED, "value": MATCHED},
+    ),
+    # triton_flash
+    "attention_course.triton_flash.triton_flash_attention": Case(
+        lambda: (
+            triton_flash.triton_flash_attention,
+            dict(**qkv(), is_causal=True, scale=0.5, block_queries=16, block_keys=32),
+        ),
+        {
+            "query": MATCHED,
+            "key": MATCHED,
+            "value": MATCHED,
+            "scale": optional(NUMBER),
+            "block_queries": COUNT,
+            "block_keys": COUNT,
+        },
+    ),
+    "attention_course.triton_flash.hbm_bytes": Case(
+        lambda: (
+            triton_flash.hbm_bytes,
+            dict(n=256, head_dim=64, block_queries=64, bytes_per_element=2, is_causal=True),
+        ),
+        {"n": COUNT, "head_dim": COUNT, "block_queries": COUNT, "bytes_per_element": COUNT},
     ),
     "attention_course.tiled.tile_schedule": Case(
         lambda: (

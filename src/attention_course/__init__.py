@@ -31,6 +31,7 @@ from . import (
     sinks,
     sparse,
     tiled,
+    triton_flash,
 )
 from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_attention
 from .config import DecoderConfig
@@ -74,6 +75,7 @@ from .sparse import (
     top_k_mask,
 )
 from .tiled import flash_attention
+from .triton_flash import hbm_bytes, triton_flash_attention
 
 __version__ = "0.1.0"
 
@@ -111,6 +113,7 @@ __all__ = [
     "dot_product_scores",
     "flash_attention",
     "gated_attention",
+    "hbm_bytes",
     "hybrid_cache_bytes",
     "kernel_scores",
     "kv_cache_bytes",
@@ -152,6 +155,8 @@ __all__ = [
     "split_data",
     "target_function",
     "tiled",
+    "triton_flash",
+    "triton_flash_attention",
     "top_k_mask",
     "valid_lens_mask",
 ]
