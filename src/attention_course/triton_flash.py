@@ -7,6 +7,7 @@ The kernels themselves are in `_triton_kernels`, imported on first use, so that 
 works without Triton (`pip install triton==3.9.0` brings it; on a GPU, PyTorch's CUDA builds
 bring their own). Chapter 12's `flash_attention` is the same algorithm in PyTorch."""
 
+import importlib
 import math
 
 import torch
@@ -21,13 +22,12 @@ MAX_HEAD_DIM = 256  # a query tile and a key tile of this width fit a GPU's on-c
 def _kernels():
     """The kernel module, or an ImportError that says how to install Triton."""
     try:
-        from . import _triton_kernels
+        return importlib.import_module(f"{__package__}._triton_kernels")
     except ImportError as error:
         raise ImportError(
             f"triton_flash_attention needs Triton, which is not installed: {INSTALL} "
             "(a CPU runs its kernels through Triton's interpreter)"
         ) from error
-    return _triton_kernels
 
 
 def _check_block(name, block):
