@@ -16,7 +16,7 @@ that does not sum to one, a value off). While your answer is still the stub (it 
 - `strict=True` (the graders' test cells): a stub fails like any wrong answer.
 
 The checks live in one module per chapter, named after its notebook (`ch01_attention_pooling`
-... `ch17_sparse_and_hybrid_attention`; chapter 12's exercise 5 has its own,
+... `ch18_flashattention_in_triton`; chapter 12's exercise 5 has its own,
 `ch12_flash_autograd`, and so have chapter 17's exercises 6 and 7, `ch17_kv_sharing` and
 `ch17_gated`), on the shared
 helpers of `core`. Every `check_...` is importable from here, listed below by chapter."""
@@ -104,5 +104,12 @@ from .ch17_sparse_and_hybrid_attention import (
     check_hybrid_cache_bytes,
     check_index_decode_step,
     check_sink_softmax,
+)
+
+# chapter 18: FlashAttention as a GPU kernel in Triton
+from .ch18_flashattention_in_triton import (
+    check_forward_kernel,
+    check_hbm_traffic,
+    check_key_grads_kernel,
 )
 from .core import CheckFailed, NotAnswered, check_attention_weights, weights_problem
