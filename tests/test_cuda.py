@@ -154,3 +154,29 @@ def test_tiny_decoder_and_its_cache_on_cuda_agree_with_the_cpu():
         logits = model(prompt.to(CUDA), caches)
     assert on_gpu(logits, caches[0].keys, caches[0].values)
     assert torch.equal(model.generate(prompt.to(CUDA), 10).cpu(), on_cpu)
+
+
+# chapter 18: the Triton kernel, compiled (the CPU runs it through the interpreter)
+@pytest.mark.parametrize(
+    "dtype, tolerance",
+    [(torch.float32, 1e-5), (torch.float16, 2e-3), (torch.bfloat16, 2e-2)],
+    ids=str,
+)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("length", [256, 300])
+def test_triton_flash_attention_compiled_agrees_with_sdpa(dtype, tolerance, causal, length):
+    pytest.importorskip("triton")
+    from attention_course import triton_flash_attention
+
+    inputs = [normal(2, 4, length, 64, seed=s).to(CUDA, dtype).requires_grad_() for s in range(3)]
+    grad = normal(2, 4, length, 64, seed=3).to(CUDA, dtype)
+    output, logsumexp = triton_flash_attention(*inputs, is_causal=causal)
+    assert on_gpu(output, logsumexp) and output.dtype == dtype
+    doubles = [t.detach().double().requires_grad_() for t in inputs]
+    expected = F.scaled_dot_product_attention(*doubles, is_causal=causal)
+    assert torch.allclose(output.double(), expected, atol=tolerance)
+    ours = torch.autograd.grad(output, inputs, grad)
+    theirs = torch.autograd.grad(expected, doubles, grad.double())
+    for got, want in zip(ours, theirs):
+        assert got.dtype == dtype and on_gpu(got)
+        assert torch.allclose(got.double(), want, atol=10 * tolerance, rtol=10 * tolerance)

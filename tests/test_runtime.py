@@ -28,6 +28,7 @@ DISTRIBUTION_OF = {
     "matplotlib": "matplotlib",
     "transformers": "transformers",
     "gguf": "gguf",
+    "triton": "triton",
 }
 # Python's own modules (`types` came with chapter 15's new section) and the course's package
 STANDARD = set(sys.stdlib_module_names) | {"attention_course"}

@@ -17,6 +17,12 @@ of a call minus that before it, in a fresh process, after a warm-up call of the 
 4. Greedy decoding of 128 tokens with SmolLM2-135M-Instruct (chapter 14), float32: the course's
    `TinyDecoder.generate` with its KV cache against `transformers`' own `generate` with its
    cache, same weights (the same GGUF file), same prompt, runs alternated, best of 3.
+5. Chapter 18's Triton kernel (`triton_flash_attention`). On a CPU, through Triton's interpreter:
+   the time per program instance of the forward and the backward pass (n = 256, d = 64, tiles
+   of 64). On a GPU, compiled: forward and forward + backward against PyTorch's
+   `scaled_dot_product_attention` with its FlashAttention backend, side by side as ratios, at
+   the issue's goal shape (batch 4, 16 heads, n = 4096, d = 64, float16, causal; goal: within
+   1.5x forward and 2x backward), timed by `triton.testing.do_bench` (GPU time, median).
 """
 
 import math
@@ -173,6 +179,45 @@ def decoding_against_transformers(new_tokens=128, repeats=3):
     return new_tokens / best["course"], new_tokens / best["transformers"], shared
 
 
+def triton_kernel():
+    """Chapter 18's kernel: seconds per program instance interpreted, or GPU ratios to SDPA."""
+    from attention_course import triton_flash_attention
+
+    if not torch.cuda.is_available():
+        q, k, v = (t.requires_grad_() for t in inputs(1, 2, 256, 64))
+        programs = 2 * (256 // 64)  # query tiles (forward, dQ) or key tiles (dK, dV) x heads
+        forward = best_seconds(lambda: triton_flash_attention(q, k, v, is_causal=True))
+        output, _ = triton_flash_attention(q, k, v, is_causal=True)
+        backward = best_seconds(
+            lambda: torch.autograd.grad(
+                output, (q, k, v), torch.ones_like(output), retain_graph=True
+            )  # fmt: skip
+        )
+        return {"interpreted": (forward / programs, backward / (2 * programs + 1))}
+    import triton.testing
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (t.cuda().requires_grad_() for t in inputs(4, 16, 4096, 64, torch.float16))
+
+    def sdpa(*qkv):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=True)
+
+    def ours(*qkv):
+        return triton_flash_attention(*qkv, is_causal=True)[0]
+
+    times = {}
+    for name, attention in (("triton", ours), ("sdpa", sdpa)):
+        out = attention(q, k, v)
+        grad = torch.ones_like(out)
+        forward = triton.testing.do_bench(lambda: attention(q, k, v))
+        backward = triton.testing.do_bench(
+            lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+        )
+        times[name] = (forward, backward)
+    return {"gpu": (torch.cuda.get_device_name(), times)}
+
+
 def main():
     torch.manual_seed(0)
     q, k, v = inputs(**SHAPE)
@@ -220,6 +265,22 @@ def main():
         f"{theirs:.1f} tokens/s; ratio {ours / theirs:.2f} (the first {shared} tokens "
         "identical)"
     )
+    kernel = triton_kernel()
+    if "interpreted" in kernel:
+        forward, backward = kernel["interpreted"]
+        print(
+            "\nchapter 18's Triton kernel through the interpreter (no GPU), n = 256, d = 64, "
+            f"tiles of 64: {1000 * forward:.1f} ms per forward program instance, "
+            f"{1000 * backward:.1f} ms per backward one"
+        )
+    else:
+        name, times = kernel["gpu"]
+        (f_ours, b_ours), (f_sdpa, b_sdpa) = times["triton"], times["sdpa"]
+        print(
+            f"\nchapter 18's Triton kernel on {name}, batch 4, 16 heads, n = 4096, d = 64, "
+            f"float16, causal: forward {f_ours:.2f} ms = {f_ours / f_sdpa:.2f}x SDPA's flash "
+            f"backend (goal 1.5x); backward {b_ours:.2f} ms = {b_ours / b_sdpa:.2f}x (goal 2x)"
+        )
 
 
 if __name__ == "__main__":

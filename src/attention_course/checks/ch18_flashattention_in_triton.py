@@ -66,7 +66,7 @@ def check_hbm_traffic(hbm_traffic, seed=0):
         try:
             got = hbm_traffic(n, head_dim, block, element)
         except NotImplementedError:
-            raise NotAnswered("`hbm_traffic`") from None
+            raise NotAnswered(f"`{getattr(hbm_traffic, '__name__', 'hbm_traffic')}`") from None
         except Exception as error:
             raise CheckFailed(f"case '{case}': your function raised {error!r}") from None
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
@@ -212,12 +212,21 @@ _FORWARD_MISTAKES = (
 )
 
 
-def _device_for(kernel):
-    """Where the learner's kernel runs: interpreted on the CPU, or compiled on the GPU."""
+def _device_for(kernel, name):
+    """Where the learner's kernel runs: interpreted on the CPU, or compiled on the GPU; a stub
+    is not yet answered."""
     from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
 
+    function = getattr(kernel, "fn", kernel)
+    if "raise NotImplementedError" in inspect.getsource(function):
+        raise NotAnswered(f"`{getattr(function, '__name__', name)}`")
     if isinstance(kernel, InterpretedFunction):
         return torch.device("cpu")
+    if not isinstance(kernel, JITFunction):
+        raise CheckFailed(
+            f"{name} must be a Triton kernel: put @triton.jit on the line above its def"
+        )
     if not torch.cuda.is_available():
         raise CheckFailed(
             "your kernel was compiled for a GPU (triton.jit without TRITON_INTERPRET=1) and "
@@ -227,11 +236,8 @@ def _device_for(kernel):
     return torch.device("cuda")
 
 
-def _launch(kernel, grid, args, case, name):
-    """Run the learner's kernel; a stub, or an error, becomes a CheckFailed naming the case."""
-    source = inspect.getsource(getattr(kernel, "fn", kernel))
-    if "raise NotImplementedError" in source:
-        raise NotAnswered(f"`{name}`")
+def _launch(kernel, grid, args, case):
+    """Run the learner's kernel; an error becomes a CheckFailed naming the case."""
     from .._triton_kernels import interpreted
 
     try:
@@ -279,7 +285,7 @@ def check_forward_kernel(forward_kernel, seed=0):
     HEAD_DIM, BLOCK_Q, BLOCK_K, IS_CAUSAL) launched on grid (query tiles, heads) over
     contiguous float32 (heads, n, HEAD_DIM) tensors: O and the log-sum-exp LSE (heads, n_q)
     against float64 references. Chapter 18, exercise 2."""
-    device = _device_for(forward_kernel)
+    device = _device_for(forward_kernel, "forward_kernel")
     cases = _kernel_cases(seed)
     for number, case in enumerate(cases):
         q, k, v, _ = _inputs(case, seed, number, device)
@@ -287,7 +293,7 @@ def check_forward_kernel(forward_kernel, seed=0):
         logsumexp = torch.full(q.shape[:-1], math.nan, device=device)
         grid = (math.ceil(case.n_queries / case.block_q), case.heads)
         args = (q, k, v, output, logsumexp, case.n_queries, case.n_keys, case.dim**-0.5)
-        _launch(forward_kernel, grid, (*args, *_constexprs(case)), case, "forward_kernel")
+        _launch(forward_kernel, grid, (*args, *_constexprs(case)), case)
         right_out, right_lse = _forward(q, k, v, case)
         for got, right, what, index in ((output, right_out, "output O", 0),
                                         (logsumexp, right_lse, "log-sum-exp LSE", 1)):  # fmt: skip
@@ -351,7 +357,7 @@ def check_key_grads_kernel(key_grads_kernel, seed=0):
     """Check a Triton kernel key_grads_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, n_queries,
     n_keys, scale, HEAD_DIM, BLOCK_Q, BLOCK_K, IS_CAUSAL) launched on grid (key tiles, heads):
     dK and dV against PyTorch's gradients in float64. Chapter 18, exercise 3."""
-    device = _device_for(key_grads_kernel)
+    device = _device_for(key_grads_kernel, "key_grads_kernel")
     cases = _kernel_cases(seed)
     for number, case in enumerate(cases):
         q, k, v, grad = _inputs(case, seed, number, device)
@@ -360,7 +366,7 @@ def check_key_grads_kernel(key_grads_kernel, seed=0):
         grid = (math.ceil(case.n_keys / case.block_k), case.heads)
         stats = (logsumexp.float().to(device), delta.float().to(device))
         args = (q, k, v, grad, *stats, dk, dv, case.n_queries, case.n_keys, case.dim**-0.5)
-        _launch(key_grads_kernel, grid, (*args, *_constexprs(case)), case, "key_grads_kernel")
+        _launch(key_grads_kernel, grid, (*args, *_constexprs(case)), case)
         # PyTorch's own gradients: the reference of the reference
         leaves = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
         sdpa = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=case.is_causal)
