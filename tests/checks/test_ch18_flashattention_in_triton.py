@@ -30,6 +30,8 @@ def traffic(n, head_dim, block, element, mistake=None):
         tiled -= 4 * n
     if mistake == "elements":
         naive, tiled = naive // element, (tiled - 4 * n) // element + n
+    if mistake == "floor":  # n // block query tiles read K and V
+        tiled -= element * 2 * (blocks - n // block) * vectors
     return naive, tiled
 
 
@@ -46,6 +48,7 @@ def test_traffic_check_passes_a_formula(seed, capsys):
         ("K and V once", "once per query block"),
         ("elements", "bytes_per_element"),
         ("no log-sum-exp", "log-sum-exp"),
+        ("floor", "ceil"),
     ],
 )
 def test_traffic_check_names_the_slip(mistake, hint):
@@ -85,6 +88,8 @@ def forward(Q, K, V, O, LSE, n_queries, n_keys, scale,
         v = tl.load(V + base, mask=j[:, None] < n_keys, other=0.0)
         x = tl.dot(q, tl.trans(k)) * (scale * LOG2E)
         keep = j[None, :] < n_keys
+        if MISTAKE == "end unmasked":
+            keep = j[None, :] >= 0
         if IS_CAUSAL:
             if MISTAKE == "tile-local mask":
                 keep = keep & (tl.arange(0, BLOCK_K)[None, :] <= tl.arange(0, BLOCK_Q)[:, None])
@@ -119,7 +124,10 @@ def key_grads(Q, K, V, DO, LSE, DELTA, DK, DV, n_queries, n_keys, scale,
     v = tl.load(V + base, mask=j[:, None] < n_keys, other=0.0)
     dk = tl.zeros([BLOCK_K, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_K, HEAD_DIM], tl.float32)
-    for q0 in range(0, n_queries, BLOCK_Q):
+    start = 0  # by the loop's condition below, or the slip of a start by tile index
+    if IS_CAUSAL and MISTAKE == "start by index":
+        start = block * BLOCK_Q
+    for q0 in range(start, n_queries, BLOCK_Q):
         i = q0 + tl.arange(0, BLOCK_Q)
         rows = head * n_queries * HEAD_DIM + i[:, None] * HEAD_DIM + d[None, :]
         q = tl.load(Q + rows, mask=i[:, None] < n_queries, other=0.0)
@@ -172,7 +180,7 @@ def test_kernel_checks_pass_independent_kernels(seed, capsys):
 @pytest.mark.parametrize(
     "slip, hint",
     [("tile-local mask", "global positions"), ("no rescale", "exp\\(m_old - m_new\\)"),
-     ("log l", "m \\+ log\\(l\\)")],
+     ("log l", "m \\+ log\\(l\\)"), ("end unmasked", "cols < n_keys")],
 )  # fmt: skip
 def test_forward_check_names_the_slip(slip, hint, mistake):
     mistake(slip)
@@ -182,7 +190,12 @@ def test_forward_check_names_the_slip(slip, hint, mistake):
 
 @pytest.mark.parametrize(
     "slip, hint",
-    [("no D", "DELTA"), ("no scale", "carries the scale"), ("assigned", "\\+=")],
+    [
+        ("no D", "DELTA"),
+        ("no scale", "carries the scale"),
+        ("assigned", "\\+="),
+        ("start by index", "from positions"),
+    ],
 )
 def test_key_grads_check_names_the_slip(slip, hint, mistake):
     mistake(slip)

@@ -17,7 +17,8 @@ from .core import CheckFailed, NotAnswered, compare, integers, passed, random, s
 def _counted_traffic(n, head_dim, block, element, mistake=None):
     """(naive, tiled) bytes, counted one matrix or one tile at a time; or those of a slip:
     "reads only" (nothing written counted), "K and V once" (every key tile read once for all
-    query blocks), "elements" (numbers, not bytes), "no log-sum-exp"."""
+    query blocks), "elements" (numbers, not bytes), "no log-sum-exp", "floor" (n // block query
+    tiles: the last, shorter one reads no K and V)."""
     per = 1 if mistake == "elements" else element
     naive = 0
     # S = Q K^T; P = softmax(S); O = P V: what each reads and writes
@@ -28,7 +29,9 @@ def _counted_traffic(n, head_dim, block, element, mistake=None):
     for q0 in range(0, n, block):
         rows = min(block, n - q0)
         tiled += per * rows * head_dim  # the query tile
-        if mistake != "K and V once" or q0 == 0:
+        if mistake == "floor" and rows < block:
+            pass  # the slip: a shorter last tile counted as no tile
+        elif mistake != "K and V once" or q0 == 0:
             tiled += per * 2 * n * head_dim  # every key tile and its value tile
         if mistake != "reads only":
             lse = 0 if mistake == "no log-sum-exp" else (1 if mistake == "elements" else 4)
@@ -44,6 +47,11 @@ _TRAFFIC_MISTAKES = (
         "on chip): the tiled kernel reads K and V once per query block",
     ),
     ("elements", "multiply the number of elements by bytes_per_element"),
+    (
+        "floor",
+        "the last query tile may be shorter than the block, and it still reads all of K and V: "
+        "count ceil(n / block) query tiles",
+    ),
     (
         "no log-sum-exp",
         "the tiled kernel also writes each query's log-sum-exp, one float32 (4 bytes) per "
@@ -111,6 +119,7 @@ def _kernel_cases(seed):
         case("causal, key tiles larger", 1, 50, 50, 32, 16, 32, True, 1),
         case("one query tile, many keys", 1, 9, 120, 16, 16, 32, False, 1),
         case("causal, scores around 1e3", 1, 33, 33, 16, 16, 16, True, 8),
+        case("causal, more queries than keys", 2, 40, 20, 16, 16, 16, True, 1),
     ]
 
 
@@ -130,13 +139,15 @@ def _inputs(case, seed, number, device):
 def _tiles(case, mistake=None):
     """(rows, cols, blocked) of the tiles a causal or plain pass computes; blocked (B_r, B_c)
     is True where a key comes after its query (from global positions), or the slip "tile-local
-    mask" (the tile's own triu(1)); None without a mask."""
+    mask" (the tile's own triu(1)); None without a mask. With the slip "end unmasked" the last
+    key tile keeps its whole width (its keys past the end, zeros, are not masked)."""
     for q0 in range(0, case.n_queries, case.block_q):
         rows = slice(q0, min(q0 + case.block_q, case.n_queries))
         for k0 in range(0, case.n_keys, case.block_k):
             if case.is_causal and k0 >= rows.stop:
                 break
-            cols = slice(k0, min(k0 + case.block_k, case.n_keys))
+            end = k0 + case.block_k if mistake == "end unmasked" else case.n_keys
+            cols = slice(k0, min(k0 + case.block_k, end))
             blocked = None
             if case.is_causal and mistake == "tile-local mask":
                 size = (rows.stop - q0, cols.stop - k0)
@@ -152,6 +163,9 @@ def _forward(q, k, v, case, mistake=None):
     nor A rescaled), "A not rescaled", "normalised in the loop", "log l" (the log-sum-exp
     without the max), "tile-local mask"."""
     q, k, v = (t.detach().double().cpu() for t in (q, k, v))
+    if mistake == "end unmasked":  # the zeros a masked load gives past the last key
+        padding = -case.n_keys % case.block_k
+        k, v = (torch.nn.functional.pad(t, (0, 0, 0, padding)) for t in (k, v))
     scale = case.dim**-0.5
     output = torch.zeros_like(q)
     logsumexp = q.new_zeros(q.shape[:-1])
@@ -197,12 +211,17 @@ _FORWARD_MISTAKES = (
     (
         "A not rescaled",
         "the running sum is rescaled but the accumulator is not: A = A * rescale[:, None] + "
-        "P V before adding this tile",
+        "Phi V before adding this tile",
     ),
     (
         "normalised in the loop",
         "you divide by the running sum inside the loop; keep A unnormalised and divide once, "
         "after the last key tile",
+    ),
+    (
+        "end unmasked",
+        "the last key tile runs past n_keys and the masked loads give zeros there, whose scores "
+        "0 still get weight: mask cols < n_keys in the scores too, causal or not",
     ),
     (
         "log l",
@@ -314,13 +333,16 @@ def _key_grads(q, k, v, grad, case, mistake=None):
     """float64 (dK, dV) tile by tile from the log-sum-exp, or those of a slip: "no scale"
     (dK without the scale), "no D" (dS = P dP, without subtracting D), "tile softmax" (each
     tile's weights normalised on their own), "tile-local mask", "assigned" (= instead of +=,
-    the last query tile's share only)."""
+    the last query tile's share only), "start by index" (key tile c's loop from query c B_r)."""
     q, k, v, grad = (t.detach().double().cpu() for t in (q, k, v, grad))
     output, logsumexp = _forward(q, k, v, case)
     delta = (grad * output).sum(-1)  # D: (heads, n_q)
     scale = case.dim**-0.5
     dk, dv = torch.zeros_like(k), torch.zeros_like(v)
     for rows, cols, blocked in _tiles(case, mistake):
+        first = cols.start // case.block_k * case.block_q
+        if mistake == "start by index" and case.is_causal and rows.start < first:
+            continue
         s = q[:, rows] @ k[:, cols].transpose(-2, -1) * scale
         if blocked is not None:
             s = s.masked_fill(blocked, -math.inf)
@@ -349,6 +371,12 @@ _BACKWARD_MISTAKES = (
         "whole row, not a softmax over the tile",
     ),
     ("assigned", "dK and dV sum over every query tile: accumulate with +=, store once at the end"),
+    (
+        "start by index",
+        "with causal attention, start the loop at the first query tile whose last query sees the "
+        "key tile's first key, from positions: (k_tile * BLOCK_K // BLOCK_Q) * BLOCK_Q, not "
+        "k_tile * BLOCK_Q (the tiles differ in size)",
+    ),
 )
 
 
