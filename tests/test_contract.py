@@ -859,9 +859,13 @@ REGISTRY = {
             "key": MATCHED,
             "value": MATCHED,
             "scale": optional(NUMBER),
-            "block_queries": COUNT,
-            "block_keys": COUNT,
+            "block_queries": optional(COUNT),
+            "block_keys": optional(COUNT),
         },
+    ),
+    "attention_course.triton_flash.tile_sizes": Case(
+        lambda: (triton_flash.tile_sizes, dict(dtype=torch.float16, head_dim=64, value_dim=64)),
+        {"dtype": FLOAT_DTYPE, "head_dim": COUNT, "value_dim": COUNT},
     ),
     "attention_course.triton_flash.hbm_bytes": Case(
         lambda: (

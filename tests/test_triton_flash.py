@@ -16,7 +16,8 @@ import torch.nn.functional as F
 import attention_course as ac
 from attention_course import flash_attention, hbm_bytes, triton_flash_attention
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
+tl = triton.language
 from attention_course import _triton_kernels  # noqa: E402 (needs triton)
 
 # (name, batch shape, L, S, E, Ev, is_causal, block_queries, block_keys)
@@ -204,3 +205,79 @@ def test_both_grow_as_n_squared_and_their_ratio_tends_to_twice_the_block_over_d(
     for block, dim in [(128, 64), (64, 128), (256, 64)]:
         far = hbm_bytes(2**16, dim, block)
         assert far["naive"] / far["tiled"] == pytest.approx(2 * block / dim, rel=0.02)
+
+
+# ------------------------------------------------- compiled for a GPU, on this CPU (no GPU here)
+# Triton compiles for a named GPU target without the GPU: what the interpreter accepts but a GPU
+# compiler refuses (a Python global inside a kernel, too small a tl.dot, too much shared memory)
+# is found here. A T4 (Colab's free GPU, sm_75) gives a program at most 64 KiB of shared memory.
+T4 = (75, 64 * 1024)
+POINTERS = {
+    "forward_kernel": ["Q", "K", "V", "O", "LSE"],
+    "key_grads_kernel": ["Q", "K", "V", "DO", "LSE", "DELTA", "DK", "DV"],
+    "query_grads_kernel": ["Q", "K", "V", "DO", "LSE", "DELTA", "DQ"],
+}
+TRITON_TYPE = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32"}
+
+
+def compile_for(kernel, signature, constants, capability, **options):
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constants)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
+
+
+def compile_package_kernel(name, dtype, head_dim, capability):
+    """One of the package's kernels, compiled with the tiles triton_flash_attention picks."""
+    from attention_course.triton_flash import tile_sizes
+
+    block = tile_sizes(dtype, head_dim, head_dim)
+    signature = {
+        p: "*fp32" if p in ("LSE", "DELTA") else TRITON_TYPE[dtype] for p in POINTERS[name]
+    }
+    signature.update(n_queries="i32", n_keys="i32", scale="fp32")
+    constants = dict(
+        HEAD_DIM=head_dim, VALUE_DIM=head_dim, D_BLOCK=head_dim, DV_BLOCK=head_dim,
+        BLOCK_Q=block, BLOCK_K=block, IS_CAUSAL=True,
+        PRECISION="ieee" if dtype == torch.float32 else None,
+    )  # fmt: skip
+    signature.update(dict.fromkeys(constants, "constexpr"))
+    return compile_for(_triton_kernels.COMPILED[name], signature, constants, capability)
+
+
+@pytest.mark.parametrize(
+    "name, dtype, head_dim",
+    [
+        ("forward_kernel", torch.float16, 64),
+        ("query_grads_kernel", torch.float16, 64),
+        ("key_grads_kernel", torch.float16, 64),
+        ("key_grads_kernel", torch.float16, 128),
+        ("key_grads_kernel", torch.float32, 128),
+    ],
+    ids=str,
+)
+def test_the_kernels_compile_for_a_t4_and_fit_its_shared_memory(name, dtype, head_dim):
+    compiled = compile_package_kernel(name, dtype, head_dim, T4[0])
+    assert 0 < compiled.metadata.shared <= T4[1], compiled.metadata.shared
+
+
+def small_product(A, B, C, N: tl.constexpr):
+    i = tl.arange(0, N)
+    offsets = i[:, None] * N + i[None, :]
+    tl.store(C + offsets, tl.dot(tl.load(A + offsets), tl.load(B + offsets)))
+
+
+def test_a_gpu_refuses_a_16_bit_dot_under_16_wide_and_the_interpreter_does_not():
+    from triton.runtime.jit import JITFunction
+
+    signature = {"A": "*fp16", "B": "*fp16", "C": "*fp32", "N": "constexpr"}
+    kernel = JITFunction(small_product)
+    compile_for(kernel, signature, {"N": 16}, 80)  # 16 compiles
+    with pytest.raises(Exception, match="K >= 16"):
+        compile_for(kernel, signature, {"N": 8}, 80)
+    a = torch.randn(8, 8).half()
+    product = torch.empty(8, 8)
+    with _triton_kernels.interpreted():
+        _triton_kernels.InterpretedFunction(small_product)[(1,)](a, a, product, N=8)
+    assert torch.allclose(product, a.float() @ a.float(), atol=1e-2)

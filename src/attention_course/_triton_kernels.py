@@ -15,8 +15,9 @@ every tensor runs interpreted.
 Every tensor is contiguous, (batch * heads, n, dim), so that row i of head h starts at
 (h * n + i) * dim. Head sizes are padded to powers of two (D_BLOCK, DV_BLOCK >= 16: tl.arange
 and a GPU's tl.dot need them) with masked loads. Scores that a query may not see are NEG, a
-large finite negative, not -inf: exp(NEG - m) is exactly 0 without an inf - inf anywhere,
-which Triton's releases of 2026 have treated differently.
+large finite negative, not -inf: exp(NEG - m) is exactly 0 without an inf - inf (NaN) anywhere.
+Offsets are computed in int64 (the head's number is cast), so that tensors of more than 2**31
+elements are addressed right.
 """
 
 import contextlib
@@ -27,7 +28,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 LIBRARY_INTERPRETED = isinstance(tl.zeros, InterpretedFunction)  # TRITON_INTERPRET=1 at import
-NEG = -1.0e30  # "minus infinity" for masked scores: finite, so NEG - NEG = 0
+NEG = tl.constexpr(-1.0e30)  # "minus infinity" for masked scores: finite, NEG - NEG = 0
 
 
 def forward_kernel(
@@ -41,7 +42,7 @@ def forward_kernel(
     """One program: one block of BLOCK_Q queries of one (batch, head), against every key
     tile it needs; writes O (BLOCK_Q, d_v) and the log-sum-exp (BLOCK_Q,). Chapter 18."""
     # which block of queries, of which (batch, head)
-    q_tile, head = tl.program_id(0), tl.program_id(1)
+    q_tile, head = tl.program_id(0), tl.program_id(1).to(tl.int64)
     rows = q_tile * BLOCK_Q + tl.arange(0, BLOCK_Q)  # query positions (BLOCK_Q,)
     dims, vdims = tl.arange(0, D_BLOCK), tl.arange(0, DV_BLOCK)
     row_ok = rows < n_queries
@@ -89,7 +90,7 @@ def row_dot_kernel(
 ):  # fmt: skip
     """One program: OUT[i] = sum_j A[i, j] * B[i, j] for BLOCK rows; with A = dO and B = O,
     FlashAttention-2's D (the chapters' zeta). Chapter 18."""
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     dims = tl.arange(0, D_BLOCK)
     ok = (rows[:, None] < n_rows) & (dims[None, :] < DIM)
     offsets = rows[:, None] * DIM + dims[None, :]
@@ -109,7 +110,7 @@ def key_grads_kernel(
     """One program: dK and dV of one tile of BLOCK_K keys of one (batch, head), summed over
     every query tile that sees them, each tile's weights recomputed from the log-sum-exp.
     Chapter 18."""
-    k_tile, head = tl.program_id(0), tl.program_id(1)
+    k_tile, head = tl.program_id(0), tl.program_id(1).to(tl.int64)
     cols = k_tile * BLOCK_K + tl.arange(0, BLOCK_K)  # key positions (BLOCK_K,)
     dims, vdims = tl.arange(0, D_BLOCK), tl.arange(0, DV_BLOCK)
     col_ok = cols < n_keys
@@ -163,7 +164,7 @@ def query_grads_kernel(
 ):  # fmt: skip
     """One program: dQ of one tile of BLOCK_Q queries of one (batch, head), summed over the
     key tiles it sees (the forward pass's tiles). Chapter 18."""
-    q_tile, head = tl.program_id(0), tl.program_id(1)
+    q_tile, head = tl.program_id(0), tl.program_id(1).to(tl.int64)
     rows = q_tile * BLOCK_Q + tl.arange(0, BLOCK_Q)
     dims, vdims = tl.arange(0, D_BLOCK), tl.arange(0, DV_BLOCK)
     row_ok = rows < n_queries

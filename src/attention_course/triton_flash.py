@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ._shapes import check_qkv, check_scale, require_int, shape_of
+from ._shapes import check_qkv, check_scale, require_floating_dtype, require_int, shape_of
 
 INSTALL = "pip install triton==3.9.0"
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -34,9 +34,25 @@ def _check_block(name, block):
     require_int(name, block, 16)
     if block & (block - 1):
         raise ValueError(
-            f"{name} must be a power of two of at least 16 (tl.arange's and a GPU's tl.dot's "
-            f"rule), got {block}"
+            f"{name} must be a power of two (tl.arange's rule) of at least 16 (a GPU's tl.dot "
+            f"needs 16 along the summed dimension for 16-bit inputs), got {block}"
         )
+
+
+def tile_sizes(dtype, head_dim, value_dim):
+    """The tile size B_r = B_c the kernels take by default for heads of these sizes: 64 while a
+    head's row takes at most 128 bytes (float16 and bfloat16 up to d = 64), 32 up to 256 bytes,
+    else 16, so that every kernel's shared memory fits a T4's 64 KiB (tests/test_triton_flash.py
+    compiles them for its sm_75 on the CPU and reads what they need). Chapter 18."""
+    require_floating_dtype("dtype", dtype)
+    require_int("head_dim", head_dim, 1)
+    require_int("value_dim", value_dim, 1)
+    return _tile_size(dtype, head_dim, value_dim)
+
+
+def _tile_size(dtype, head_dim, value_dim):
+    row_bytes = torch.empty((), dtype=dtype).element_size() * max(head_dim, value_dim)
+    return 64 if row_bytes <= 128 else 32 if row_bytes <= 256 else 16
 
 
 def _check_inputs(query, key, value, block_queries, block_keys):
@@ -66,12 +82,13 @@ def _check_inputs(query, key, value, block_queries, block_keys):
                 f"{name} {shape_of(tensor)}: head sizes above {MAX_HEAD_DIM} do not fit a "
                 "tile in a GPU's on-chip memory"
             )
-    _check_block("block_queries", block_queries)
-    _check_block("block_keys", block_keys)
+    for name, block in (("block_queries", block_queries), ("block_keys", block_keys)):
+        if block is not None:
+            _check_block(name, block)
 
 
 def triton_flash_attention(
-    query, key, value, is_causal=False, scale=None, *, block_queries=64, block_keys=64
+    query, key, value, is_causal=False, scale=None, *, block_queries=None, block_keys=None
 ):
     """softmax(Q K^T * scale) V by FlashAttention-2's Triton kernel -> (output, logsumexp).
 
@@ -83,18 +100,20 @@ def triton_flash_attention(
     weights from the log-sum-exp. CUDA tensors run the compiled kernels (float16 and bfloat16
     natively, float32 with tl.dot's "ieee" precision, not TF32); CPU tensors run the same
     kernels through Triton's interpreter, float16 and bfloat16 computed in float32 there (the
-    interpreter's tl.dot has no bfloat16). block_queries, block_keys: the tile sizes B_r, B_c,
-    powers of two >= 16. Needs Triton (ImportError saying how to install it). Chapter 18.
+    interpreter's tl.dot has no bfloat16: it holds bfloat16 blocks as 16-bit integers).
+    block_queries, block_keys: the tile sizes B_r, B_c, powers of two >= 16; by default
+    tile_sizes(...), which fit a T4's shared memory. Needs Triton (ImportError saying how to
+    install it). Chapter 18.
     """
     _check_inputs(query, key, value, block_queries, block_keys)
     scale = check_scale(scale, query)
     kernels = _kernels()
+    default = _tile_size(query.dtype, query.shape[-1], value.shape[-1])
+    blocks = (block_queries or default, block_keys or default)
     # broadcast the batch dimensions, then flatten them: (batch * heads, n, dim)
     batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     q, k, v = (t.expand(*batch, *t.shape[-2:]) for t in (query, key, value))
-    output, logsumexp = _TritonFlash.apply(
-        q, k, v, is_causal, float(scale), (block_queries, block_keys), kernels
-    )
+    output, logsumexp = _TritonFlash.apply(q, k, v, is_causal, float(scale), blocks, kernels)
     return output, logsumexp.view(*batch, query.shape[-2])
 
 
@@ -141,7 +160,8 @@ def _meta(q, v, is_causal, blocks):
         BLOCK_Q=blocks[0],
         BLOCK_K=blocks[1],
         IS_CAUSAL=bool(is_causal),
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        # float32: exact products, not TF32; 16-bit inputs: the setting does not apply
+        PRECISION="ieee" if q.dtype == torch.float32 else None,
     )
 
 
