@@ -785,10 +785,10 @@ REGISTRY = {
         lambda: (
             lambda model=tiny_decoder(): (  # noqa: B008 (one model per call of the outer lambda)
                 model,
-                dict(ids=torch.tensor([[1, 2, 3]]), caches=model.new_caches()),
+                dict(ids=torch.tensor([[1, 2, 3]]), caches=model.new_caches(), logits_to_keep=1),
             )
         )(),
-        {"ids": IDS, "caches": optional(CACHES)},
+        {"ids": IDS, "caches": optional(CACHES), "logits_to_keep": COUNT_OR_ZERO},
     ),
     "attention_course.decoding.TinyDecoder.forward_with_weights": Case(
         lambda: (tiny_decoder().forward_with_weights, dict(ids=torch.tensor([[1, 2, 3]]))),
