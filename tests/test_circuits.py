@@ -125,6 +125,51 @@ def test_patching_every_path_from_the_runs_own_stream_changes_nothing():
     )
 
 
+def same_trace(a, b):
+    return (
+        torch.equal(a.logits, b.logits)
+        and torch.equal(a.residuals, b.residuals)
+        and len(a.weights) == len(b.weights)
+        and all(torch.equal(x, y) for x, y in zip(a.weights, b.weights))
+        and a.heads.keys() == b.heads.keys()
+        and all(torch.equal(a.heads[layer], b.heads[layer]) for layer in a.heads)
+    )
+
+
+@pytest.mark.parametrize("path", ["query", "key", "value"])
+def test_a_run_started_from_an_earlier_trace_is_the_full_run_bit_for_bit(path):
+    """Layers before `start` taken from an earlier trace (heads silenced, or a path patched,
+    from `start` on): the same logits, stream, weights and heads' writes as running them."""
+    model = tiny(seed=2)
+    ids = token_ids(2, 13, seed=3)
+    intact = trace_decoder(model, ids, head_layers=[0, 1])
+    with ablated_heads(model, [(1, 0)]):
+        silenced = trace_decoder(model, ids, head_layers=[0])
+        resumed = trace_decoder(model, ids, head_layers=[0], start=1, earlier=intact)
+    assert same_trace(resumed, silenced)
+    patches = {(1, path): silenced.residuals[1] + 0.5}
+    full = trace_decoder(model, ids, patches, head_layers=[0, 1])
+    assert same_trace(trace_decoder(model, ids, patches, [0, 1], 1, intact), full)
+    assert not torch.equal(full.logits, intact.logits)
+    assert same_trace(trace_decoder(model, ids, start=2, earlier=intact), trace_decoder(model, ids))
+
+
+def test_a_started_run_refuses_what_it_cannot_reuse():
+    model = tiny()
+    ids = token_ids(2, 9)
+    intact = trace_decoder(model, ids)
+    with pytest.raises(ValueError, match="start=1 needs earlier"):
+        trace_decoder(model, ids, start=1)
+    with pytest.raises(ValueError, match=r"patches at layers \[0\] come before start=1"):
+        trace_decoder(model, ids, {(0, "key"): intact.residuals[0]}, start=1, earlier=intact)
+    with pytest.raises(ValueError, match=r"head_layers \[0\] come before start=1"):
+        trace_decoder(model, ids, head_layers=[0], start=1, earlier=intact)
+    with pytest.raises(ValueError, match="earlier's residuals"):
+        trace_decoder(model, ids[:1], start=1, earlier=intact)
+    with pytest.raises(ValueError, match="start=3 outside"):
+        trace_decoder(model, ids, start=3, earlier=intact)
+
+
 def test_direct_logit_attribution_by_a_loop_and_summing_to_the_logits():
     model = tiny()
     ids = token_ids(2, 7)

@@ -786,10 +786,10 @@ REGISTRY = {
         lambda: (
             lambda model=tiny_decoder(): (  # noqa: B008 (one model per call of the outer lambda)
                 model,
-                dict(ids=torch.tensor([[1, 2, 3]]), caches=model.new_caches()),
+                dict(ids=torch.tensor([[1, 2, 3]]), caches=model.new_caches(), logits_to_keep=1),
             )
         )(),
-        {"ids": IDS, "caches": optional(CACHES)},
+        {"ids": IDS, "caches": optional(CACHES), "logits_to_keep": COUNT_OR_ZERO},
     ),
     "attention_course.decoding.TinyDecoder.forward_with_weights": Case(
         lambda: (tiny_decoder().forward_with_weights, dict(ids=torch.tensor([[1, 2, 3]]))),
@@ -1110,6 +1110,8 @@ REGISTRY = {
                 ids=torch.tensor([[1, 2, 3]]),
                 patches={(1, "key"): randn(1, 3, 8)},
                 head_layers=[1],
+                start=1,
+                earlier=circuits.trace_decoder(tiny_decoder(), torch.tensor([[1, 2, 3]])),
             ),
         ),
         {
@@ -1138,6 +1140,20 @@ REGISTRY = {
                 Bad("a number", constant(3), TypeError),
                 Bad("floats", constant([0.5]), TypeError),
                 Bad("out of range", constant([99]), ValueError),
+            ],
+            "start": [
+                *COUNT_OR_ZERO,
+                Bad("after the last layer", constant(3), ValueError),
+                Bad("past a patch", constant(2), ValueError),
+            ],
+            "earlier": [
+                Bad("another object", constant(object()), TypeError),
+                Bad("None", constant(None), ValueError),  # start > 0 needs one
+                Bad(
+                    "a trace of other ids",
+                    lambda v: circuits.trace_decoder(tiny_decoder(), torch.tensor([[1, 2]])),
+                    ValueError,
+                ),
             ],
         },
     ),

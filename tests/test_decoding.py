@@ -422,6 +422,24 @@ def test_chunked_decoding_with_caches_equals_one_full_pass(window, sinks):
     assert all(len(cache) == held for cache in caches)
 
 
+@pytest.mark.parametrize("keep", [1, 3, 7, 0])
+def test_logits_to_keep_gives_the_last_positions_logits(keep):
+    """As transformers' logits_to_keep: the last k positions of the full logits, with and
+    without a cache (the tiny model is float64: equal to 1e-12); 0 keeps every position."""
+    model = tiny(4, 1, seed=3)
+    ids = token_ids(2, 7, seed=8)
+    with torch.no_grad():
+        full = model(ids)
+        alone = model(ids, logits_to_keep=keep)
+        caches = model.new_caches()
+        model(ids[:, :3], caches, logits_to_keep=1)
+        cached = model(ids[:, 3:], caches, logits_to_keep=min(keep, 4))
+    kept = keep or 7  # positions kept: 0 means all
+    assert alone.shape == (2, kept, model.vocab_size)
+    torch.testing.assert_close(alone, full[:, -kept:], rtol=0, atol=1e-12)
+    torch.testing.assert_close(cached, full[:, -min(kept, 4) :], rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("window, sinks", [(None, 0), (3, 0), (3, 1)])
 def test_generate_with_and_without_the_cache_and_teacher_forcing_agree(window, sinks):
     model = tiny(window, sinks, seed=5)

@@ -50,6 +50,7 @@ def test_the_versions_it_installs_are_the_courses_pins():
 
 def test_satisfied_needs_print_nothing_and_install_nothing(capsys, monkeypatch):
     monkeypatch.setattr(subprocess, "run", pytest.fail)
+    monkeypatch.setattr(runtime, "_all_installed", pytest.fail)  # one look-up per name suffices
     require(torch="2.11", matplotlib="3.10", transformers="5.18")
     assert capsys.readouterr().out == ""
 
@@ -108,6 +109,7 @@ def test_a_failed_install_is_one_sentence(monkeypatch):
             command, 1, "", "Looking...\nERROR: No matching distribution found for gguf==0.19.0"
         ),
     )
+    monkeypatch.setattr(runtime, "_installed", lambda name: None)
     monkeypatch.setattr(runtime, "_all_installed", lambda: {})
     with pytest.raises(ChapterCannotRun, match="No matching distribution found for gguf"):
         require(gguf="0.19")

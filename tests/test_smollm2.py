@@ -234,6 +234,60 @@ def test_the_4_bit_blocks_are_what_gguf_dequantizes():
     np.testing.assert_array_equal(by_hand, dequantize(tensor.data, tensor.tensor_type)[0])
 
 
+def test_the_reader_parses_the_file_as_gguf_does_over_plain_arrays():
+    """read_gguf's reader (a GGUFReader over a plain ndarray view of the memory map) finds the
+    same metadata and tensors as gguf's own GGUFReader, and its arrays are no memmaps."""
+    import numpy as np
+    from gguf import GGUFReader
+
+    ours, theirs = pretrained.read_gguf(), GGUFReader(str(pretrained.gguf_path()))
+    assert isinstance(ours, GGUFReader) and type(ours.data) is np.ndarray
+    assert list(ours.fields) == list(theirs.fields)
+    for key, field in theirs.fields.items():
+        assert ours.fields[key].contents() == field.contents(), key
+    assert len(ours.tensors) == len(theirs.tensors) == 272
+    for mine, file_tensor in zip(ours.tensors, theirs.tensors):
+        assert type(mine.data) is np.ndarray
+        assert (mine.name, mine.tensor_type, mine.n_bytes) == (
+            file_tensor.name,
+            file_tensor.tensor_type,
+            file_tensor.n_bytes,
+        )
+        assert np.array_equal(mine.data, file_tensor.data), mine.name
+
+
+def test_the_course_dequantizes_every_tensor_as_gguf_does_bit_for_bit():
+    """dequantized (PyTorch, in place) against gguf.quants.dequantize (numpy) on every tensor
+    of the real file: F32 norms, the Q8_0 embedding and the Q4_1 matrices, bit for bit."""
+    import numpy as np
+    from gguf.quants import dequantize
+
+    reader = pretrained.read_gguf()
+    weights = pretrained.dequantized(reader)
+    assert list(weights) == [tensor.name for tensor in reader.tensors]
+    kinds = set()
+    for tensor in reader.tensors:
+        expected = dequantize(tensor.data, tensor.tensor_type)
+        ours = weights[tensor.name]
+        assert ours.dtype == torch.float32 and tuple(ours.shape) == expected.shape, tensor.name
+        assert np.array_equal(ours.numpy().view(np.uint32), expected.view(np.uint32)), tensor.name
+        kinds.add(tensor.tensor_type.name)
+    assert kinds == {"F32", "Q8_0", "Q4_1"}
+
+
+def test_dequantized_refuses_a_block_format_it_does_not_read():
+    from collections import namedtuple
+
+    import numpy as np
+    from gguf import GGMLQuantizationType
+
+    Tensor = namedtuple("Tensor", "name tensor_type data")
+    Reader = namedtuple("Reader", "tensors")
+    q4_0 = Tensor("blk.0.attn_q.weight", GGMLQuantizationType.Q4_0, np.zeros((1, 18), np.uint8))
+    with pytest.raises(NotImplementedError, match=r"blk\.0\.attn_q\.weight is Q4_0: only F32"):
+        pretrained.dequantized(Reader([q4_0]))
+
+
 def test_stored_reference_is_what_transformers_computes_and_what_the_course_computes(
     course, reference
 ):

@@ -64,6 +64,11 @@ def _installed(name):
         return None
 
 
+def _new_enough(found, minimum):
+    """Whether an installed version (None: not installed) is `minimum` or newer."""
+    return found is not None and _release(found) >= _release(minimum)
+
+
 def _pin(name, minimum):
     """What pip installs for `name`: the course's tested version, if it is new enough."""
     tested = TESTED.get(name)
@@ -127,11 +132,17 @@ def require(**minimums):
     Colab, and print what changed; raise ChapterCannotRun, saying why, where that cannot be done.
     Chapters 1-17."""
     _check_minimums(minimums)
+    # the usual case, everything there and new enough: a look-up per name (reading every
+    # distribution's metadata, below, takes about a second)
+    if all(
+        _new_enough(_installed(_distribution(name)), minimum) for name, minimum in minimums.items()
+    ):
+        return
     before = _all_installed()
     missing, too_old = [], []
     for keyword, minimum in minimums.items():
         name, found = _distribution(keyword), before.get(_distribution(keyword))
-        if found is not None and _release(found) >= _release(minimum):
+        if _new_enough(found, minimum):
             continue
         if name in NEVER_REPLACED:
             found_text = f"this Python has {found}" if found else "it is not installed"

@@ -13,7 +13,14 @@ import torch
 
 from .. import _kernels
 from .._scaling import rotate
-from .._shapes import is_integer, require_float, require_instance, shape_of, type_name
+from .._shapes import (
+    is_integer,
+    require_float,
+    require_instance,
+    require_int,
+    shape_of,
+    type_name,
+)
 from ..decoding import TinyDecoder
 
 PATHS = ("query", "key", "value")
@@ -73,6 +80,39 @@ def _check_head_layers(head_layers, model):
     return {int(layer) for layer in layers}
 
 
+def _check_start(start, earlier, model, ids, by_layer, recorded):
+    """start (a layer number) and earlier (a DecoderTrace of the same ids, or None)."""
+    require_int("start", start, 0)
+    layers = len(model.blocks)
+    if start > layers:
+        raise ValueError(f"start={start} outside the model's {layers} layers (0 to {layers})")
+    if earlier is None:
+        if start:
+            raise ValueError(
+                f"start={start} needs earlier, the trace whose layers 0 to {start - 1} it reuses"
+            )
+        return
+    require_instance("earlier", earlier, DecoderTrace, "a DecoderTrace (from trace_decoder)")
+    expected = (layers + 1, *ids.shape, model.config.embed_dim)
+    residuals = earlier.residuals
+    if tuple(residuals.shape) != expected or residuals.dtype != model.embed.weight.dtype:
+        raise ValueError(
+            f"earlier's residuals {shape_of(residuals)} ({residuals.dtype}) must be a trace of "
+            f"these ids: (N + 1, batch, seq, embed_dim) = {expected} in the model's dtype"
+        )
+    early_patches = sorted(layer for layer in by_layer if layer < start)
+    if early_patches:
+        raise ValueError(
+            f"patches at layers {early_patches} come before start={start}: layers before start "
+            "are not run again, so they cannot be patched"
+        )
+    missing = sorted(layer for layer in recorded if layer < start and layer not in earlier.heads)
+    if missing:
+        raise ValueError(
+            f"head_layers {missing} come before start={start} and earlier did not record them"
+        )
+
+
 def _attention(block, x, positions, sources):
     """Block attention with each path read from `sources` (path -> residual) or from x:
     (per-head writes (batch, H, L, embed_dim), weights (batch, H, L, L))."""
@@ -96,7 +136,7 @@ def _attention(block, x, positions, sources):
 
 
 @torch.no_grad()
-def trace_decoder(model, ids, patches=None, head_layers=()):
+def trace_decoder(model, ids, patches=None, head_layers=(), start=0, earlier=None):
     """One pass of a TinyDecoder over ids (batch, seq), without a cache -> DecoderTrace.
 
     Records the residual stream entering each block (and leaving the last) and, for each
@@ -104,15 +144,30 @@ def trace_decoder(model, ids, patches=None, head_layers=()):
     {(layer, path): residual (batch, seq, embed_dim)} with path "query", "key" or "value",
     that layer computes that path from the given stream (through its own attention norm)
     instead of its own: e.g. its keys from a run in which earlier heads were silenced, its
-    queries and values intact. Chapter 14."""
+    queries and values intact.
+
+    start, earlier: a run that differs from an earlier trace of the same ids only from
+    layer `start` on (patches there or later, or heads silenced there or later) need not
+    run layers 0 to start - 1 again: their stream, weights and heads' writes are taken
+    from `earlier`, and the trace is the one a full pass gives, bit for bit. Chapter 14."""
     require_instance("model", model, TinyDecoder, "a TinyDecoder")
     model._check_ids(ids)
     by_layer = _check_patches(patches, model, ids)
     recorded = _check_head_layers(head_layers, model)
+    _check_start(start, earlier, model, ids, by_layer, recorded)
     positions = torch.arange(ids.shape[1], device=ids.device)
-    x = model.embed(ids)  # (batch, seq, embed_dim)
-    residuals, weights, heads = [x], [], {}
+    if start:
+        # layers 0 to start - 1 as the earlier run computed them; x enters layer start
+        residuals = list(earlier.residuals[: start + 1])  # (batch, seq, embed_dim) each
+        weights = list(earlier.weights[:start])
+        heads = {layer: earlier.heads[layer] for layer in recorded if layer < start}
+        x = residuals[-1]
+    else:
+        x = model.embed(ids)  # (batch, seq, embed_dim)
+        residuals, weights, heads = [x], [], {}
     for number, block in enumerate(model.blocks):
+        if number < start:
+            continue
         # attention sublayer: x + the sum of what its heads write
         writes, layer_weights = _attention(block, x, positions, by_layer.get(number, {}))
         x = x + writes.sum(dim=1)

