@@ -41,11 +41,13 @@ from attention_course import (
     masking,
     measure,
     multihead,
+    paging,
     plotting,
     pooling,
     positions,
     rotary,
     scoring,
+    serving,
     sinks,
     sparse,
     tiled,
@@ -388,6 +390,43 @@ def deepseek_v32_state_dict():
         **deepseek_state_dict(),
         **{f"indexer.{name}": tensor for name, tensor in deepseek_indexer_state_dict().items()},
     }
+
+
+def paged_cache():
+    """A PagedKVCache of tiny_decoder_config's sizes (3 blocks of 4) holding sequence 0 of 5
+    tokens, and the slots of two more."""
+    cache = paging.PagedKVCache(tiny_decoder_config(), 3, 4)
+    cache.reserve(cache.new_sequence(), 5)
+    return cache, cache.reserve(0, 2)
+
+
+def batcher_with_a_request():
+    batcher = serving.ContinuousBatcher(tiny_decoder(), 4, 2)
+    batcher.add_request(torch.tensor([1, 2, 3]), 2)
+    return batcher
+
+
+SEQUENCE = [
+    Bad("a string", constant("0"), TypeError),
+    Bad("a float", constant(0.0), TypeError),
+    Bad("None", constant(None), TypeError),
+    Bad("not held", constant(7), ValueError),
+]
+PAST_THE_SEQUENCE = Bad("past the sequence", constant(8), ValueError)
+OUT_OF_RANGE = [
+    Bad("too large", lambda v: v + 10**6, ValueError),
+    Bad("negative", lambda v: v - 10**6, ValueError),
+]
+WINDOWED_MODEL = Bad("a windowed model", lambda v: tiny_decoder(window=4), ValueError)
+PROMPTS = [
+    Bad("one tensor", lambda v: v[0], TypeError),
+    Bad("None", constant(None), TypeError),
+    Bad("a list of lists", lambda v: [t.tolist() for t in v], TypeError),
+    Bad("floats", lambda v: [t.double() for t in v], ValueError),
+    Bad("2-D", lambda v: [t[None] for t in v], ValueError),
+    Bad("an empty prompt", lambda v: [t[:0] for t in v], ValueError),
+    Bad("past the vocabulary", lambda v: [t + 10**6 for t in v], ValueError),
+]
 
 
 TINY_ENCODER = dict(
@@ -1667,6 +1706,129 @@ REGISTRY = {
             "scale": optional(NUMBER),
         },
     ),
+    # paging and serving (chapter 19)
+    "attention_course.paging.PagedKVCache": Case(
+        lambda: (
+            paging.PagedKVCache,
+            dict(config=tiny_decoder_config(), num_blocks=3, block_size=4, dtype=torch.float64),
+        ),
+        {"config": INSTANCE, "num_blocks": COUNT, "block_size": COUNT, "dtype": FLOAT_DTYPE},
+    ),
+    "attention_course.paging.PagedKVCache.new_sequence": Case(
+        lambda: (paged_cache()[0].new_sequence, {}), {}
+    ),
+    "attention_course.paging.PagedKVCache.fork": Case(
+        lambda: (paged_cache()[0].fork, dict(sequence=0, length=3)),
+        {"sequence": SEQUENCE, "length": optional(COUNT_OR_ZERO) + [PAST_THE_SEQUENCE]},
+    ),
+    **{
+        f"attention_course.paging.PagedKVCache.{name}": Case(
+            lambda name=name: (getattr(paged_cache()[0], name), dict(sequence=0, count=3)),
+            {"sequence": SEQUENCE, "count": COUNT_OR_ZERO + extra},
+        )
+        for name, extra in (
+            ("blocks_needed", []),
+            ("reserve", [Bad("more than the pool holds", constant(99), ValueError)]),
+        )
+    },
+    "attention_course.paging.PagedKVCache.write": Case(
+        lambda: (
+            lambda cache, slots: (
+                cache.write,
+                dict(layer=0, slots=slots, key=randn(2, 1, 4), value=randn(2, 1, 4, seed=1)),
+            )
+        )(*paged_cache()),
+        {
+            "layer": COUNT_OR_ZERO + [Bad("past the layers", constant(1), ValueError)],
+            "slots": INTEGERS + [Bad("past the pool", lambda v: v + 99, ValueError)],
+            "key": MATCHED,
+            "value": MATCHED,
+        },
+    ),
+    **{
+        f"attention_course.paging.PagedKVCache.{name}": Case(
+            lambda name=name: (getattr(paged_cache()[0], name), dict(sequence=0)),
+            {"sequence": SEQUENCE},
+        )
+        for name in ("release", "block_table", "length")
+    },
+    "attention_course.paging.paged_attention": Case(
+        lambda: (
+            paging.paged_attention,
+            dict(
+                query=randn(4, 2, 3),
+                key_pool=randn(3, 2, 1, 3, seed=1),
+                value_pool=randn(3, 2, 1, 5, seed=2),
+                block_tables=torch.tensor([[2, 0], [1, 0]]),
+                query_lens=torch.tensor([3, 1]),
+                key_lens=torch.tensor([4, 2]),
+                scale=0.5,
+            ),
+        ),
+        {
+            "query": MATCHED,
+            "key_pool": MATCHED,
+            "value_pool": MATCHED,
+            "block_tables": INTEGERS + [Bad("past the pool", lambda v: v + 99, ValueError)],
+            "query_lens": INTEGERS + OUT_OF_RANGE,
+            "key_lens": INTEGERS + OUT_OF_RANGE,
+            "scale": optional(NUMBER),
+        },
+    ),
+    "attention_course.serving.ContinuousBatcher": Case(
+        lambda: (
+            serving.ContinuousBatcher,
+            dict(model=tiny_decoder(), num_blocks=4, block_size=2, stop_id=3),
+        ),
+        {
+            "model": INSTANCE + [WINDOWED_MODEL],
+            "num_blocks": COUNT,
+            "block_size": COUNT,
+            "stop_id": TOKEN,
+        },
+    ),
+    "attention_course.serving.ContinuousBatcher.add_request": Case(
+        lambda: (
+            serving.ContinuousBatcher(tiny_decoder(), 4, 2).add_request,
+            dict(prompt=torch.tensor([1, 2, 3]), max_new_tokens=2),
+        ),
+        {
+            "prompt": IDS + [Bad("empty", lambda v: v[:0], ValueError)],
+            "max_new_tokens": COUNT_OR_ZERO + [Bad("past the pool", constant(9), ValueError)],
+        },
+    ),
+    "attention_course.serving.ContinuousBatcher.step": Case(
+        lambda: (batcher_with_a_request().step, {}), {}
+    ),
+    "attention_course.serving.ContinuousBatcher.output": Case(
+        lambda: (batcher_with_a_request().output, dict(request=0)),
+        {"request": COUNT_OR_ZERO + [Bad("never added", constant(5), ValueError)]},
+    ),
+    "attention_course.serving.generate_continuous": Case(
+        lambda: (
+            serving.generate_continuous,
+            dict(
+                model=tiny_decoder(),
+                prompts=[torch.tensor([1, 2, 3]), torch.tensor([4], dtype=torch.int32)],
+                max_new_tokens=[2, 3],
+                block_size=2,
+                stop_id=3,
+                num_blocks=2,
+            ),
+        ),
+        {
+            "model": INSTANCE + [WINDOWED_MODEL],
+            "prompts": PROMPTS,
+            "max_new_tokens": COUNT_OR_ZERO
+            + [
+                Bad("one count too few", constant([2]), ValueError),
+                Bad("a float in the list", constant([2, 1.5]), TypeError),
+            ],
+            "block_size": COUNT,
+            "stop_id": TOKEN,
+            "num_blocks": optional(COUNT) + [Bad("too small", constant(1), ValueError)],
+        },
+    ),
 }
 
 LOADER = (
@@ -1684,6 +1846,8 @@ EXEMPT = {
     "make_synthetic_regression fills it",
     "attention_course.pretrained.circuits.DecoderTrace": "a namedtuple record of tensors; "
     "trace_decoder fills it (test_circuits)",
+    "attention_course.serving.StepRecord": "a namedtuple record of request ids and counts; "
+    "ContinuousBatcher.step fills it (test_serving)",
     "attention_course.costs.AttentionCosts": "a frozen dataclass record of numbers; "
     "attention_costs fills it (test_costs)",
     "attention_course.pretrained.minilm.TokenBatch": "a dataclass record the tokenizer fills; "

@@ -22,12 +22,14 @@ from . import (
     masking,
     measure,
     multihead,
+    paging,
     plotting,
     pooling,
     positions,
     pretrained,
     rotary,
     scoring,
+    serving,
     sinks,
     sparse,
     tiled,
@@ -49,6 +51,7 @@ from .latent import LatentCache, MultiHeadLatentAttention, latent_cache_bytes
 from .linear import delta_rule, linear_attention
 from .masking import causal_mask, decoding_mask, masked_softmax, valid_lens_mask
 from .multihead import GroupedQueryAttention, MultiHeadAttention, kv_cache_bytes
+from .paging import PagedKVCache, paged_attention
 from .plotting import plot_attention, plot_attention_schematic, plot_regression
 from .pooling import (
     KernelRegression,
@@ -67,6 +70,7 @@ from .scoring import (
     scaled_dot_product_scores,
     soft_nearest_neighbours,
 )
+from .serving import ContinuousBatcher, StepRecord, generate_continuous
 from .sinks import gated_attention, sink_attention, sink_softmax
 from .sparse import (
     DeepSeekSparseAttention,
@@ -83,6 +87,7 @@ __all__ = [
     "AdditiveAttention",
     "apply_rotary",
     "AttentionCosts",
+    "ContinuousBatcher",
     "DecoderConfig",
     "DeepSeekSparseAttention",
     "DeltaNetCache",
@@ -95,6 +100,8 @@ __all__ = [
     "LatentCache",
     "LightningIndexer",
     "MultiHeadLatentAttention",
+    "PagedKVCache",
+    "StepRecord",
     "TinyDecoder",
     "SIMILARITIES",
     "attention",
@@ -113,6 +120,7 @@ __all__ = [
     "dot_product_scores",
     "flash_attention",
     "gated_attention",
+    "generate_continuous",
     "hbm_bytes",
     "hybrid_cache_bytes",
     "kernel_scores",
@@ -131,6 +139,8 @@ __all__ = [
     "measure",
     "multihead",
     "nadaraya_watson",
+    "paged_attention",
+    "paging",
     "plot_attention",
     "plot_attention_schematic",
     "plot_regression",
@@ -146,6 +156,7 @@ __all__ = [
     "scaled_dot_product_scores",
     "scoring",
     "select_bandwidth",
+    "serving",
     "sink_attention",
     "sink_softmax",
     "sinks",

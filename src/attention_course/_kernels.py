@@ -193,3 +193,44 @@ def built(cls, *sizes):
     torch.nn.Module.__init__(module)
     module._build(*sizes)
     return module
+
+
+def blocks_for(tokens, block_size):
+    """Blocks that hold `tokens` tokens: ceil(tokens / block_size). Chapter 19."""
+    return -(-tokens // block_size)
+
+
+def ragged_layout(block_tables, query_lens, key_lens, block_size):
+    """Where a ragged batch's keys are and who may see them -> (slots (S,) of every key of
+    every sequence, in the flattened pool; allowed (T, S) bool: same sequence, not later).
+    Chapter 19."""
+    device = block_tables.device
+    batch = torch.arange(len(key_lens), device=device)
+    # each key: its sequence and its position in it, then its slot through the block table
+    key_sequence = batch.repeat_interleave(key_lens)
+    key_start = key_lens.cumsum(0) - key_lens
+    key_position = torch.arange(len(key_sequence), device=device) - key_start[key_sequence]
+    block = block_tables[key_sequence, key_position // block_size]
+    slots = block * block_size + key_position % block_size
+    # each query: its sequence, and its position there (the last query_lens[b] tokens)
+    query_sequence = batch.repeat_interleave(query_lens)
+    query_start = query_lens.cumsum(0) - query_lens
+    query_position = (
+        torch.arange(len(query_sequence), device=device)
+        - query_start[query_sequence]
+        + (key_lens - query_lens)[query_sequence]
+    )
+    # a query sees the keys of its own sequence up to its own position
+    allowed = (query_sequence[:, None] == key_sequence[None, :]) & (
+        key_position[None, :] <= query_position[:, None]
+    )
+    return slots, allowed
+
+
+def gathered_attention(query, key_pool, value_pool, slots, allowed, scale=None):
+    """Query heads (1, H, T, d) over the keys and values at slots of the pools (num_blocks,
+    block_size, H_kv, d) -> (1, H, T, d_v). Chapter 19."""
+    # gather: (S, H_kv, d) -> (1, H_kv, S, d)
+    keys = key_pool.flatten(0, 1)[slots].transpose(0, 1)[None]
+    values = value_pool.flatten(0, 1)[slots].transpose(0, 1)[None]
+    return grouped_attention(query, keys, values, allowed, scale=scale)[0]

@@ -276,11 +276,13 @@ class DecoderBlock(nn.Module):
     def _forward(self, x, positions, cache):
         # attention sublayer: x + attention(RMSNorm(x))
         attended, weights = self._attend(self.attention_norm(x), positions, cache)
-        x = x + attended
-        # feed-forward sublayer: x + W_down (silu(W_gate h) * W_up h), h = RMSNorm(x)
+        return self._feed_forward(x + attended), weights
+
+    def _feed_forward(self, x):
+        """The feed-forward sublayer: x + W_down (silu(W_gate h) * W_up h), h =
+        RMSNorm(x) (shared with chapter 19's paged forward pass)."""
         h = self.mlp_norm(x)
-        x = x + self.down_proj(nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
-        return x, weights
+        return x + self.down_proj(nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
 
     def forward(self, x, positions, cache=None):
         """The forward pass of the class docstring. Chapter 11."""
