@@ -247,6 +247,17 @@ def test_a_gpu_refuses_a_16_bit_dot_under_16_wide_and_the_interpreter_does_not(c
     assert torch.allclose(product, a.float() @ a.float(), atol=1e-2)
 
 
+def test_compiling_still_works_in_a_process_that_ran_the_interpreter():
+    """The package's interpreted launches restore Triton's language after each library call,
+    so that a GPU machine can run CPU tensors interpreted and CUDA tensors compiled in one
+    process (tests/test_cuda.py runs after this file there)."""
+    q, k, v = (t.requires_grad_() for t in qkv((1,), 20, 20, 16, 16, seed=8))
+    output, _ = triton_flash_attention(q, k, v, is_causal=True)
+    output.sum().backward()
+    helpers = compiled_helpers()
+    assert helpers.small_dot(16) == "compiled"
+
+
 def compiled_helpers():
     from helpers import triton_compile
 

@@ -24,7 +24,7 @@ import contextlib
 
 import triton
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.interpreter import InterpretedFunction, _patch_lang
 from triton.runtime.jit import JITFunction
 
 LIBRARY_INTERPRETED = isinstance(tl.zeros, InterpretedFunction)  # TRITON_INTERPRET=1 at import
@@ -209,6 +209,18 @@ def runs_compiled(device):
     return device.type == "cuda" and not LIBRARY_INTERPRETED
 
 
+def _interpreted_call(self, *args, **kwargs):
+    """A library function (a JITFunction) called inside an interpreted kernel, interpreted;
+    Triton's language patched for the call and restored after it (Triton's own interpreted
+    calls leave it patched), so that the process can still compile kernels afterwards."""
+    scope = _patch_lang(self.fn)
+    try:
+        return InterpretedFunction(self.fn).rewrite()(*args, **kwargs)
+    finally:
+        if scope is not None:  # Triton before 3.7 patched for good and returned nothing
+            scope.restore()
+
+
 @contextlib.contextmanager
 def interpreted():
     """While the interpreter runs a kernel, Triton's compiled-mode library functions (tl.sum,
@@ -218,9 +230,7 @@ def interpreted():
         yield
         return
     original = JITFunction.__call__
-    JITFunction.__call__ = lambda self, *args, **kwargs: InterpretedFunction(self.fn)(
-        *args, **kwargs
-    )
+    JITFunction.__call__ = _interpreted_call
     try:
         yield
     finally:

@@ -299,6 +299,20 @@ def _slip(got, compute, correct, mistakes, atol):
     return None
 
 
+def _compare(results, compute, mistakes, case, device):
+    """Each (got, right, what) in turn: a CheckFailed at the first that is off, naming the
+    slip whose results compute(slip)[i] reproduce, or TF32 on a GPU."""
+    for index, (got, right, what) in enumerate(results):
+        if torch.allclose(got.double().cpu(), right, atol=1e-4):
+            continue
+        hint = _slip(got, lambda m: compute(m)[index], right, mistakes, 1e-4)
+        try:
+            compare(got, right, case.name, what, atol=1e-4)
+        except CheckFailed as failure:
+            extra = f"; {hint}" if hint else _tf32_hint(got, right, device)
+            raise CheckFailed(f"{failure}{extra}") from None
+
+
 @self_check
 def check_forward_kernel(forward_kernel, seed=0):
     """Check a Triton kernel forward_kernel(Q, K, V, O, LSE, n_queries, n_keys, scale,
@@ -315,18 +329,8 @@ def check_forward_kernel(forward_kernel, seed=0):
         args = (q, k, v, output, logsumexp, case.n_queries, case.n_keys, case.dim**-0.5)
         _launch(forward_kernel, grid, (*args, *_constexprs(case)), case)
         right_out, right_lse = _forward(q, k, v, case)
-        for got, right, what, index in ((output, right_out, "output O", 0),
-                                        (logsumexp, right_lse, "log-sum-exp LSE", 1)):  # fmt: skip
-            if torch.allclose(got.double().cpu(), right, atol=1e-4):
-                continue
-            hint = _slip(
-                got, lambda m: _forward(q, k, v, case, m)[index], right, _FORWARD_MISTAKES, 1e-4
-            )
-            try:
-                compare(got, right, case.name, what, atol=1e-4)
-            except CheckFailed as failure:
-                extra = f"; {hint}" if hint else _tf32_hint(got, right, device)
-                raise CheckFailed(f"{failure}{extra}") from None
+        results = [(output, right_out, "output O"), (logsumexp, right_lse, "log-sum-exp LSE")]
+        _compare(results, lambda m: _forward(q, k, v, case, m), _FORWARD_MISTAKES, case, device)
     passed("the Triton forward kernel's output and log-sum-exp", len(cases))
 
 
@@ -401,16 +405,8 @@ def check_key_grads_kernel(key_grads_kernel, seed=0):
         sdpa = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=case.is_causal)
         _, want_dk, want_dv = torch.autograd.grad(sdpa, leaves, grad.double().cpu())
         assert torch.allclose(want_dk, right_dk) and torch.allclose(want_dv, right_dv)
-        for got, right, what, index in ((dv, right_dv, "dV", 1), (dk, right_dk, "dK", 0)):
-            if torch.allclose(got.double().cpu(), right, atol=1e-4):
-                continue
-            hint = _slip(
-                got, lambda m: _key_grads(q, k, v, grad, case, m)[index], right,
-                _BACKWARD_MISTAKES, 1e-4,
-            )  # fmt: skip
-            try:
-                compare(got, right, case.name, what, atol=1e-4)
-            except CheckFailed as failure:
-                extra = f"; {hint}" if hint else _tf32_hint(got, right, device)
-                raise CheckFailed(f"{failure}{extra}") from None
+        # dV first: it needs only the weights; (dV, dK) of each slip, in that order
+        results = [(dv, right_dv, "dV"), (dk, right_dk, "dK")]
+        slips = lambda m: _key_grads(q, k, v, grad, case, m)[1::-1]  # noqa: E731
+        _compare(results, slips, _BACKWARD_MISTAKES, case, device)
     passed("the Triton dK, dV kernel's gradients", len(cases))
