@@ -213,9 +213,9 @@ def test_both_grow_as_n_squared_and_their_ratio_tends_to_twice_the_block_over_d(
 # ------------------------------------------------- compiled for a GPU, on this CPU (no GPU here)
 # Triton compiles for a named GPU target without the GPU: what the interpreter accepts but a GPU
 # compiler refuses (a Python global inside a kernel, too small a tl.dot, too much shared memory)
-# is found here. The compiling runs in a fresh process (helpers/triton_compile.py): the
-# interpreter, run above in this one, leaves Triton's language patched in ways that break the
-# compiler. A T4 (Colab's free GPU, sm_75) gives a program at most 64 KiB of shared memory.
+# is found here. The compiling runs in a fresh process (helpers/triton_compile.py), so that
+# nothing the interpreter did earlier in this one (it patches Triton's language while it runs)
+# can affect it. A T4 (Colab's free GPU, sm_75) gives a program at most 64 KiB of shared memory.
 T4_SHARED = 64 * 1024
 
 
