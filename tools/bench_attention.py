@@ -18,8 +18,8 @@ of a call minus that before it, in a fresh process, after a warm-up call of the 
    `TinyDecoder.generate` with its KV cache against `transformers`' own `generate` with its
    cache, same weights (the same GGUF file), same prompt, runs alternated, best of 3.
 5. Chapter 18's Triton kernel (`triton_flash_attention`). On a CPU, through Triton's interpreter:
-   the time per program instance of the forward and the backward pass (n = 256, d = 64, tiles
-   of 64). On a GPU, compiled: forward and forward + backward against PyTorch's
+   the time per program instance of the forward and the backward pass (n = 256, d = 64, float32,
+   the default tiles). On a GPU, compiled: forward and forward + backward against PyTorch's
    `scaled_dot_product_attention` with its FlashAttention backend, side by side as ratios, at
    the issue's goal shape (batch 4, 16 heads, n = 4096, d = 64, float16, causal; goal: within
    1.5x forward and 2x backward), timed by `triton.testing.do_bench` (GPU time, median).
@@ -182,10 +182,13 @@ def decoding_against_transformers(new_tokens=128, repeats=3):
 def triton_kernel():
     """Chapter 18's kernel: seconds per program instance interpreted, or GPU ratios to SDPA."""
     from attention_course import triton_flash_attention
+    from attention_course.triton_flash import tile_sizes
 
     if not torch.cuda.is_available():
         q, k, v = (t.requires_grad_() for t in inputs(1, 2, 256, 64))
-        programs = 2 * (256 // 64)  # query tiles (forward, dQ) or key tiles (dK, dV) x heads
+        # 2 heads x the tiles triton_flash_attention picks: the forward's programs; the
+        # backward's are as many for dK, dV, as many for dQ, and 512 rows / 64 for the row sums
+        programs = 2 * (256 // tile_sizes(torch.float32, 64, 64))
         forward = best_seconds(lambda: triton_flash_attention(q, k, v, is_causal=True))
         output, _ = triton_flash_attention(q, k, v, is_causal=True)
         backward = best_seconds(
@@ -193,7 +196,7 @@ def triton_kernel():
                 output, (q, k, v), torch.ones_like(output), retain_graph=True
             )  # fmt: skip
         )
-        return {"interpreted": (forward / programs, backward / (2 * programs + 1))}
+        return {"interpreted": (forward / programs, backward / (2 * programs + 2 * 256 // 64))}
     import triton.testing
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -270,7 +273,7 @@ def main():
         forward, backward = kernel["interpreted"]
         print(
             "\nchapter 18's Triton kernel through the interpreter (no GPU), n = 256, d = 64, "
-            f"tiles of 64: {1000 * forward:.1f} ms per forward program instance, "
+            f"float32, default tiles: {1000 * forward:.1f} ms per forward program instance, "
             f"{1000 * backward:.1f} ms per backward one"
         )
     else:

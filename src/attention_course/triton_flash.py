@@ -150,13 +150,13 @@ class _TritonFlash(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-def _meta(q, v, is_causal, blocks):
+def _meta(q, v, is_causal, blocks, kernels):
     """The kernels' compile-time sizes and flags."""
     return dict(
         HEAD_DIM=q.shape[-1],
         VALUE_DIM=v.shape[-1],
-        D_BLOCK=_kernels().padded(q.shape[-1]),
-        DV_BLOCK=_kernels().padded(v.shape[-1]),
+        D_BLOCK=kernels.padded(q.shape[-1]),
+        DV_BLOCK=kernels.padded(v.shape[-1]),
         BLOCK_Q=blocks[0],
         BLOCK_K=blocks[1],
         IS_CAUSAL=bool(is_causal),
@@ -173,7 +173,7 @@ def _forward(q, k, v, is_causal, scale, blocks, kernels):
     grid = (kernels.cdiv(max(n_queries, 1), blocks[0]), heads)
     kernels.launch(
         "forward_kernel", grid, q.device, q, k, v, output, logsumexp, n_queries, k.shape[1],
-        scale, **_meta(q, v, is_causal, blocks),
+        scale, **_meta(q, v, is_causal, blocks, kernels),
     )  # fmt: skip
     return output, logsumexp
 
@@ -182,7 +182,7 @@ def _backward(q, k, v, output, logsumexp, grad_output, is_causal, scale, blocks,
     """FlashAttention-2's backward pass -> (dQ, dK, dV), each like its input."""
     heads, n_queries, _ = q.shape
     n_keys = k.shape[1]
-    meta = _meta(q, v, is_causal, blocks)
+    meta = _meta(q, v, is_causal, blocks, kernels)
     # D_i = dO_i . o_i, one number per query (float32)
     delta = torch.empty(heads, n_queries, dtype=torch.float32, device=q.device)
     rows = heads * n_queries
