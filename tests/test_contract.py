@@ -1864,6 +1864,7 @@ EXEMPT = {
             "load_seq2seq_long_training",
             "load_python_reference_sections",
             "load_streaming_past_context",
+            "load_serving_reference",
         )
     },
     **{

@@ -207,6 +207,22 @@ def test_smollm2_reference_is_checksum_verified(tmp_path):
         load_smollm2_reference(changed)
 
 
+def test_serving_reference_is_checksum_verified(tmp_path):
+    from attention_course.data import load_serving_reference
+
+    record = load_serving_reference()
+    assert record["stop_id"] == 2 and len(record["requests"]) == 6
+    for request in record["requests"]:
+        assert request["text"].startswith("<|im_start|>system\n")
+        assert 0 < len(request["generate_batch"]) <= record["max_new_tokens"]
+    digest = hashlib.sha256((data_dir() / "serving_reference.json").read_bytes()).hexdigest()
+    assert digest in (data_dir() / "README.md").read_text()
+    changed = tmp_path / "serving_reference.json"
+    changed.write_text((data_dir() / "serving_reference.json").read_text().replace("1", "2", 1))
+    with pytest.raises(ValueError, match="was changed"):
+        load_serving_reference(changed)
+
+
 def test_execution_model_is_the_python_reference_section():
     """The text is CPython 3.11's pydoc topic "execmodel" (the pinned Python's own copy)."""
     import sys

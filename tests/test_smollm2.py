@@ -316,3 +316,22 @@ def test_load_smollm2_reuses_an_open_reader_and_refuses_anything_else(course):
         assert torch.equal(ours, theirs)
     with pytest.raises(TypeError, match="reader must be a gguf.GGUFReader"):
         pretrained.load_smollm2(reader="SmolLM2.gguf")
+
+
+def test_continuous_batching_equals_transformers_generate_batch(course, reference):
+    """transformers' own continuous batching (generate_batch over its PagedAttentionCache) on
+    three of chapter 19's requests, 8 new tokens or the end of the turn: its tokens are the
+    stored reference's first ones and the course's generate_continuous's."""
+    from attention_course import generate_continuous
+    from attention_course.data import load_serving_reference
+    from tools.data.serving_reference import batch_and_alone
+
+    record = load_serving_reference()
+    requests = record["requests"][:3]
+    ids = [request["ids"] for request in requests]
+    assert ids == [reference[1](request["text"])["input_ids"] for request in requests]
+    batched, alone = batch_and_alone(reference[0], ids, 8, record["stop_id"])
+    assert batched == alone == [request["generate_batch"][:8] for request in requests]
+    prompts = [torch.tensor(row) for row in ids]
+    ours = generate_continuous(course[0], prompts, 8, stop_id=record["stop_id"])
+    assert [row[len(prompt) :].tolist() for row, prompt in zip(ours, prompts)] == batched

@@ -33,6 +33,7 @@ DEEPSEEK_REFERENCE_SHA256 = "fc44c6a8b8bcf081d99c4d3f2bac80c47ef38af09fccf3c5d13
 SEQ2SEQ_LONG_TRAINING_SHA256 = "5550b0e25453f7930c2e73d11a73084dbb097929cf8757a1257988a71bf0d91f"
 REFERENCE_SECTIONS_SHA256 = "d6c05790ec308ea325327e7508f2d52619fe6838924a3b217540fa80474d1fa1"
 STREAMING_PAST_CONTEXT_SHA256 = "085573d680e0640761a22b571ee1500dd8cf29c5f67ff38a93a792ab84d7dde5"
+SERVING_REFERENCE_SHA256 = "341909eb2d9b3219f67c28d8b1af27701eba16abc32f38084d21ce7ae32d5bf4"
 
 
 def data_dir():
@@ -146,6 +147,17 @@ def load_streaming_past_context(path=None):
     Checksum-verified; tools/data/streaming_past_context.py wrote it. Chapter 14."""
     path = pathlib.Path(path) if path else data_dir() / "streaming_past_context.json"
     return json.loads(_verified_bytes(path, STREAMING_PAST_CONTEXT_SHA256))
+
+
+def load_serving_reference(path=None):
+    """What transformers' continuous batching computes with SmolLM2-135M-Instruct
+    (chapter 19's reference): a dict with "max_new_tokens", "stop_id" and
+    "requests", one dict per chat request with its user "message", "text",
+    token "ids" and greedy new tokens from "generate_batch" and from "generate"
+    run alone. Checksum-verified; tools/data/serving_reference.py wrote it.
+    Chapter 19."""
+    path = pathlib.Path(path) if path else data_dir() / "serving_reference.json"
+    return json.loads(_verified_bytes(path, SERVING_REFERENCE_SHA256))
 
 
 def load_zen_of_python(path=None):
