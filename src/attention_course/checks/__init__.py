@@ -16,7 +16,7 @@ that does not sum to one, a value off). While your answer is still the stub (it 
 - `strict=True` (the graders' test cells): a stub fails like any wrong answer.
 
 The checks live in one module per chapter, named after its notebook (`ch01_attention_pooling`
-... `ch18_flashattention_in_triton`; chapter 12's exercise 5 has its own,
+... `ch19_attention_in_a_serving_engine`; chapter 12's exercise 5 has its own,
 `ch12_flash_autograd`, and so have chapter 17's exercises 6 and 7, `ch17_kv_sharing` and
 `ch17_gated`), on the shared
 helpers of `core`. Every `check_...` is importable from here, listed below by chapter."""
@@ -111,5 +111,12 @@ from .ch18_flashattention_in_triton import (
     check_forward_kernel,
     check_hbm_traffic,
     check_key_grads_kernel,
+)
+
+# chapter 19: Attention in a serving engine
+from .ch19_attention_in_a_serving_engine import (
+    check_admission,
+    check_paged_decode_attention,
+    check_token_slots,
 )
 from .core import CheckFailed, NotAnswered, check_attention_weights, weights_problem
