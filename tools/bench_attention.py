@@ -23,6 +23,11 @@ of a call minus that before it, in a fresh process, after a warm-up call of the 
    `scaled_dot_product_attention` with its FlashAttention backend, side by side as ratios, at
    the issue's goal shape (batch 4, 16 heads, n = 4096, d = 64, float16, causal; goal: within
    1.5x forward and 2x backward), timed by `triton.testing.do_bench` (GPU time, median).
+6. Chapter 19's serving engine: the six chat requests of `data/serving_reference.json` (up to
+   24 new tokens each) decoded by SmolLM2 one request at a time (`TinyDecoder.generate`)
+   against all at once by continuous batching (`generate_continuous`), float32, one thread,
+   runs alternated, best of 3: tokens per second and their ratio, both against the bound that
+   reading the weights once per step at this machine's read bandwidth sets.
 """
 
 import math
@@ -221,6 +226,32 @@ def triton_kernel():
     return {"gpu": (torch.cuda.get_device_name(), times)}
 
 
+def serving_throughput(repeats=3):
+    """Chapter 19: (tokens/s one request at a time, tokens/s continuously batched, bound
+    tokens/s of one request): SmolLM2, the six reference requests, one thread."""
+    from attention_course import generate_continuous
+    from attention_course.data import load_serving_reference
+    from attention_course.pretrained import load_smollm2
+
+    model, _ = load_smollm2()
+    reference = load_serving_reference()
+    prompts = [torch.tensor(request["ids"]) for request in reference["requests"]]
+    count, stop = reference["max_new_tokens"], reference["stop_id"]
+    runs = {
+        "alone": lambda: [model.generate(p[None], count, stop_id=stop) for p in prompts],
+        "batched": lambda: generate_continuous(model, prompts, count, stop_id=stop),
+    }
+    tokens = sum(len(request["generate"]) for request in reference["requests"])
+    best = {name: math.inf for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            best[name] = min(best[name], best_seconds(run, repeats=1))
+    weights = torch.ones(64 * 2**20)  # 256 MiB, more than the caches: one read's bandwidth
+    bandwidth = 4 * weights.numel() / best_seconds(weights.sum, repeats=5)
+    bound = bandwidth / (4 * sum(p.numel() for p in model.parameters()))
+    return tokens / best["alone"], tokens / best["batched"], bound
+
+
 def main():
     torch.manual_seed(0)
     q, k, v = inputs(**SHAPE)
@@ -267,6 +298,13 @@ def main():
         f"course TinyDecoder.generate: {ours:.1f} tokens/s; transformers generate: "
         f"{theirs:.1f} tokens/s; ratio {ours / theirs:.2f} (the first {shared} tokens "
         "identical)"
+    )
+    alone, batched, bound = serving_throughput()
+    print(
+        "\nchapter 19, SmolLM2 serving six chat requests, float32, one thread: one at a time "
+        f"{alone:.1f} tokens/s ({alone / bound:.0%} of one request's read-bandwidth bound, "
+        f"{bound:.0f} tokens/s); continuous batching {batched:.1f} tokens/s; ratio "
+        f"{batched / alone:.2f}"
     )
     kernel = triton_kernel()
     if "interpreted" in kernel:
