@@ -34,13 +34,9 @@ def course():
 @pytest.fixture(scope="module")
 def reference():
     """transformers' own reading of the GGUF file (its dequantizer, its permutation)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from tools.data.serving_reference import load_reference_model
 
-    path = pretrained.gguf_path()
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32
-    ).eval()
-    return model, AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return load_reference_model()
 
 
 def ids_of(tokenizer, text):

@@ -155,3 +155,58 @@ def test_admission_must_be_a_count():
 def test_a_stub_is_not_yet_answered(check, capsys):
     check(stub)
     assert "Not yet answered" in capsys.readouterr().out
+
+
+class DictAllocator:
+    """A correct allocator kept another way: a dict of held blocks' counts, lowest free first."""
+
+    def __init__(self, num_blocks, mistake=None):
+        self.num_blocks, self.held, self.mistake = num_blocks, {}, mistake
+
+    def allocate(self):
+        free = [b for b in range(self.num_blocks) if b not in self.held]
+        if not free:
+            return None
+        self.held[free[0]] = 1
+        return free[0]
+
+    def share(self, block):
+        if self.mistake != "share not counted":
+            self.held[block] += 1
+
+    def release(self, block):
+        self.held[block] -= 1
+        if self.mistake == "freed at once" or self.held[block] <= 0:
+            del self.held[block]
+
+    def free_count(self):
+        return self.num_blocks - len(self.held)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_allocator_check_passes_a_dict_of_counts(seed, capsys):
+    checks.check_block_allocator(DictAllocator, seed=seed)
+    assert "Correct" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "mistake, hint", [("freed at once", "count reaches 0|every reference"),
+                      ("share not counted", "count reaches 0|every reference")]
+)  # fmt: skip
+def test_allocator_check_names_the_slip(mistake, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        checks.check_block_allocator(lambda n: DictAllocator(n, mistake))
+
+
+def test_allocator_must_say_when_the_pool_is_empty():
+    class Raises(DictAllocator):
+        def allocate(self):
+            return super().allocate() if len(self.held) < self.num_blocks else -1
+
+    with pytest.raises(CheckFailed, match="None"):
+        checks.check_block_allocator(Raises)
+
+
+def test_a_stub_allocator_is_not_yet_answered(capsys):
+    checks.check_block_allocator(stub)
+    assert "Not yet answered" in capsys.readouterr().out

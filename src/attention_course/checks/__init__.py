@@ -116,6 +116,7 @@ from .ch18_flashattention_in_triton import (
 # chapter 19: Attention in a serving engine
 from .ch19_attention_in_a_serving_engine import (
     check_admission,
+    check_block_allocator,
     check_paged_decode_attention,
     check_token_slots,
 )

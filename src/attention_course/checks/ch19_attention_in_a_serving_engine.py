@@ -250,3 +250,64 @@ def check_admission(admitted, seed=0):
                 + (f": {hint}" if hint else "")
             )
     passed("the admission rule under a budget of blocks", len(cases))
+
+
+# -------------------------------------------- exercise 4: a block allocator with reference counts
+
+
+def _operations(seed, count=80, num_blocks=6):
+    """A seeded sequence of "allocate", ("share", i) and ("release", i), where i picks one of
+    the references held so far (by position, so that any answer's block numbers serve)."""
+    generator = torch.Generator().manual_seed(1000 + seed)
+    draws = torch.randint(0, 1000, (count, 2), generator=generator).tolist()
+    return num_blocks, [(("allocate", "share", "release")[a % 3], b) for a, b in draws]
+
+
+@self_check
+def check_block_allocator(allocator_class, seed=0):
+    """Check a class `allocator_class(num_blocks)` with allocate() -> a free block's number
+    (its count 1), or None when no block is free; share(block): one more reference;
+    release(block): one fewer, the block free again at 0; and free_count() -> how many blocks
+    are free. Driven through a seeded sequence of operations against reference counts kept by
+    the check. Chapter 19, exercise 4."""
+    num_blocks, operations = _operations(seed)
+    case = f"num_blocks={num_blocks}"
+    allocator = run(allocator_class, (num_blocks,), case)
+    counts, held = [0] * num_blocks, []  # the check's books; references held, in order
+    for step, (operation, pick) in enumerate(operations, 1):
+        where = f"case '{case}', operation {step} ({operation})"
+        if operation == "allocate":
+            block = run(allocator.allocate, (), where, learner=allocator_class)
+            if 0 not in counts:
+                if block is not None:
+                    raise CheckFailed(f"{where}: no block is free, so allocate() must return "
+                                      f"None, got {block!r}")  # fmt: skip
+                continue
+            if not isinstance(block, int) or not 0 <= block < num_blocks:
+                raise CheckFailed(f"{where}: allocate() must return a block number in "
+                                  f"[0, {num_blocks}), got {block!r}")  # fmt: skip
+            if counts[block]:
+                raise CheckFailed(
+                    f"{where}: allocate() returned block {block}, which {counts[block]} "
+                    "reference(s) still hold: a block returns to the free list only when its "
+                    "count reaches 0"
+                )
+            counts[block] = 1
+            held.append(block)
+        elif held:
+            block = held[pick % len(held)]
+            if operation == "share":
+                run(allocator.share, (block,), where, learner=allocator_class)
+                counts[block] += 1
+                held.append(block)
+            else:
+                run(allocator.release, (block,), where, learner=allocator_class)
+                counts[block] -= 1
+                held.remove(block)
+        free = run(allocator.free_count, (), where, learner=allocator_class)
+        if free != counts.count(0):
+            raise CheckFailed(
+                f"{where}: free_count() is {free!r}, expected {counts.count(0)} (blocks whose "
+                "count is 0; a shared block stays in use until every reference is released)"
+            )
+    passed("a block allocator with reference counts", len(operations))
