@@ -31,6 +31,9 @@ BOOK_FILES = [
     "licences.md",
     "bibliography.md",
     "references.bib",
+    "changes.md",
+    "CHANGELOG.md",  # changes.md shows it
+    "errata.md",
 ]
 INSTRUCTOR_PAGES = ["instructors"]  # left out of the classroom edition
 BOOK_FOLDERS = ["_ext", "_static", "_templates"]
