@@ -31,6 +31,7 @@ BOOK_FILES = [
     "licences.md",
     "bibliography.md",
     "references.bib",
+    "projects.md",
     "changes.md",
     "CHANGELOG.md",  # changes.md shows it
     "errata.md",
