@@ -8,6 +8,7 @@ import re
 import nbformat
 import pytest
 import tomllib
+import yaml
 from bs4 import BeautifulSoup
 
 from helpers.browser import did_not_run
@@ -151,13 +152,18 @@ def link_targets(reader, page):
 
 @pytest.mark.parametrize("edition", list(pdf.EDITIONS))
 def test_the_pdf_opens_with_a_title_page(edition, pdf_pages):
-    """The course's title, the edition, the package's version, the licences and the website."""
+    """The course's title, the edition, the release (the package's version and the date
+    CITATION.cff gives it, as every page of the website states it), where the changes and the
+    errata are, the licences and the website."""
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    released = yaml.safe_load((ROOT / "CITATION.cff").read_text())["date-released"]
     first = squeezed(pdf_pages[edition][1][0])
     for expected in [
         CONFIG["title"],
         EDITION_LABELS[edition],
-        f"Version {version}",
+        f"Version {version} of {released}",
+        CONFIG["html"]["baseurl"] + "changes.html",
+        CONFIG["html"]["baseurl"] + "errata.html",
         "CC BY-SA 4.0",
         "MIT licence",
         CONFIG["html"]["baseurl"],
