@@ -297,3 +297,25 @@ def test_the_learner_pdf_has_no_solution_and_the_instructor_pdf_has_them(pdf_tex
         assert not [f for f in fragments if f in pdf_texts["learner"][1]], chapter.name
         shown += sum(f in pdf_texts["instructor"][1] for f in fragments)
     assert shown > 10 * len(CHAPTERS)
+
+
+def test_a_headings_link_does_not_take_the_place_of_its_contents_entry(tmp_path):
+    """A heading with a link of its own (the changelog's "[0.1.0] - 2026-11-24" leads to its
+    commit) is one link in the printed contents, to its page: a link nested inside the entry's
+    would take the entry's place (the contents test found the changelog's 0.1.0 entry leading
+    to GitHub instead of its page). The page's HTML and the contents' HTML, without a
+    browser."""
+    (tmp_path / "page.html").write_text(
+        "<article class='bd-article'><section id='page'><h1>Changes"
+        "<a class='headerlink' href='#page'>#</a></h1><section id='id1'><h2>"
+        "<a class='reference external' href='https://example.org/tree/1'>0.1.0</a>"
+        " - 2026-11-24<a class='headerlink' href='#id1'>#</a></h2></section></section>"
+        "</article>"
+    )
+    title, sections = pdf.headings(tmp_path, "page")
+    assert (title, sections) == ("Changes", [("id1", "0.1.0 - 2026-11-24")])
+    entries = [("chapter", title, 3, "site/page.html")]
+    entries += [("section", t, 3, f"site/page.html#{a}") for a, t in sections]
+    front = pdf._front_html(pdf.book_info(), "learner", entries)
+    contents = front.split("<h2>Contents</h2>")[1]
+    assert contents.count("<a ") == len(entries) and "example.org" not in contents

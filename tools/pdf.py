@@ -301,13 +301,19 @@ def plain(title_html):
 
 
 def headings(site, name):
-    """The page's title and its sections, [(anchor, HTML title)], from the built page."""
+    """The page's title and its sections, [(anchor, HTML title)], from the built page. A
+    heading's own links (the changelog's versions lead to their commits) keep their text
+    only: in the printed contents each entry is a link, and a link inside it would take its
+    place (a browser does not nest links)."""
     from bs4 import BeautifulSoup
 
     soup = BeautifulSoup((site / f"{name}.html").read_text(), "html.parser")
     article = soup.select_one("article.bd-article")
     for link in article.select("a.headerlink"):
         link.decompose()
+    for heading in article.find_all(["h1", "h2"]):
+        for link in heading.find_all("a"):
+            link.unwrap()
     title = article.find("h1")
     sections = [
         (h2.parent.get("id"), h2.decode_contents().strip())
