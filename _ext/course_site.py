@@ -14,6 +14,10 @@
 - The index points into the chapters: every glossary term where a chapter defines it (in bold
   or italics) and where the course first uses it, every public name of the package where each
   chapter first uses it.
+- Every page's footer names the release the reader has (its version, the date it was released,
+  and whether changes have landed since) and links to the changelog, the errata and the
+  repository's issue templates; the {course-citation} directive writes how to cite the course
+  with that version (tools/release.py reads both from pyproject.toml and CHANGELOG.md).
 - The page furniture works (tests/test_site_controls.py): one header (the article's), so the
   theme's buttons bind the toggles a reader sees (the pinned themes render a second, hidden
   copy of each in an empty top bar: pydata-sphinx-theme #2451, sphinx-book-theme #999); one
@@ -39,7 +43,8 @@ from sphinx.transforms import SphinxTransform
 from sphinxcontrib.bibtex.style.referencing import BracketStyle
 from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
 
-from tools import exercises  # the one reader of exercises (tools/book.py puts it on the path)
+# the one reader of exercises and the one of the release (tools/book.py puts tools on the path)
+from tools import exercises, release
 
 LEARNER_FOLDER = "notebooks"
 GRADER_MARKER = re.compile(r"^[ \t]*# (BEGIN|END) SOLUTION[ \t]*(\n|\Z)", re.M)
@@ -206,6 +211,34 @@ class CheckCells(Directive):
         return container.children
 
 
+@functools.cache
+def release_facts(root):
+    """What every page's footer says of the release (_templates/course-release.html)."""
+    return {"line": release.status(root).line, "report": release.issues_url(root)}
+
+
+def show_release(app, pagename, templatename, context, doctree):
+    context["course_release"] = release_facts(course_root(app))
+
+
+class Citation(Directive):
+    """How to cite the course, with this checkout's version: (authors, year, title, version,
+    website) as a quotation, from _config.yml and pyproject.toml."""
+
+    def run(self):
+        env = self.state.document.settings.env
+        root = course_root(env.app)
+        for name in ("pyproject.toml", "_config.yml"):
+            env.note_dependency(str(root / name))
+        cited = release.citation(root)
+        paragraph = nodes.paragraph()
+        paragraph += nodes.Text(f"{cited['authors']} ({cited['year']}). ")
+        paragraph += nodes.emphasis(text=cited["title"])
+        paragraph += nodes.Text(f" (version {cited['version']}). ")
+        paragraph += nodes.reference(text=cited["url"], refuri=cited["url"])
+        return [nodes.block_quote("", paragraph, classes=["course-citation"])]
+
+
 def hide_grader_markers(app, doctree, docname):
     """Drop the solution markers from every code block of a page."""
     for block in doctree.findall(nodes.literal_block):
@@ -297,6 +330,14 @@ def furnish_theme(app):
         search_as_you_type=True,
         pygments_light_style="a11y-high-contrast-light",
         pygments_dark_style="a11y-high-contrast-dark",
+        # the theme's footer items (sphinx-book-theme 1.3.0's theme.conf), then the release's
+        footer_content_items=[
+            "author.html",
+            "copyright.html",
+            "last-updated.html",
+            "extra-footer.html",
+            "course-release.html",
+        ],
     )
 
 
@@ -343,6 +384,7 @@ def setup(app):
     app.add_config_value("course_root", "", "env")
     app.add_config_value("course_edition", "website", "env")  # or "classroom website"
     app.add_directive(exercises.CHECK_CELLS, CheckCells)
+    app.add_directive("course-citation", Citation)
     app.add_transform(ChapterIndex)
     app.connect("source-read", show_points)
     app.connect("doctree-resolved", hide_grader_markers)
@@ -353,4 +395,5 @@ def setup(app):
     app.connect("html-page-context", each_script_once, priority=1000)
     app.connect("html-page-context", current_aria_roles)
     app.connect("html-page-context", start_in_the_readers_mode)
+    app.connect("html-page-context", show_release)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

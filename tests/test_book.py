@@ -336,7 +336,9 @@ def test_one_version_and_both_licences_wherever_the_course_is_cited():
     package = (ROOT / "src" / "attention_course" / "__init__.py").read_text()
     assert citation["version"] == version
     assert f'__version__ = "{version}"' in package
-    assert f"(version {version})" in (ROOT / "licences.md").read_text()
+    # licences.md's citation takes the version from pyproject.toml ({course-citation}):
+    # tests/test_release.py and the built page's test in tests/test_site_links.py
+    assert "```{course-citation}" in (ROOT / "licences.md").read_text()
     assert set(citation["license"]) == {"MIT", "CC-BY-SA-4.0"}
     assert citation["title"] == CONFIG["title"]
 
@@ -347,6 +349,52 @@ def test_the_instructors_page_states_the_exercise_times_the_syllabi_add_up():
     assert f"allow {ranges[1][0]} to {ranges[1][1]} minutes for an exercise marked ★" in text
     assert f"{ranges[2][0]} to {ranges[2][1]} for ★★" in text
     assert (ranges[3][0], ranges[3][1]) == (60, 120) and "one to two hours for ★★★" in text
+
+
+# A syllabus on the instructors' page: "A **10-week module**, ...", then its block, whose lines
+# are "Week 3: 5, 6 | 5.1, 5.2" (the chapters; after "|", the exercises set, if not all).
+SYLLABUS = re.compile(r"^A \*\*([^*]+)\*\*(.*?)^```\{course-syllabus\}\n(.*?)^```", re.S | re.M)
+
+
+def syllabi():
+    """{name: (its prose, [(period, [chapter numbers], [exercise numbers])])}."""
+    found = {}
+    for name, prose, block in SYLLABUS.findall((ROOT / "instructors.md").read_text()):
+        periods = []
+        for line in block.strip().splitlines():
+            period, _, rest = line.partition(":")
+            chapters, _, chosen = rest.partition("|")
+            periods.append(
+                (period, [int(n) for n in re.findall(r"\d+", chapters)], chosen.split(", "))
+            )
+        found[name] = (" ".join(prose.split()), periods)
+    return found
+
+
+def test_the_syllabi_keep_the_reading_order_and_cover_every_chapter_they_do_not_leave_out():
+    """Each plan has the periods its name says, keeps the chapters in order, and covers every
+    chapter but those its prose says it leaves out; each exercise it sets is one of the week's
+    chapters. A new chapter fails this until every plan places it (or says it leaves it out)."""
+    chapters = {int(path.name[:2]): path for path in CHAPTERS}
+    found = syllabi()
+    names = {"12-week semester course", "10-week module", "6-week module", "2-week workshop"}
+    assert names <= set(found), sorted(found)
+    for name, (prose, periods) in found.items():
+        order = [number for _, numbers, _ in periods for number in numbers]
+        assert order == sorted(set(order)), (name, "chapters out of order or repeated")
+        left_out = prose.split("leaves out", 1)[1] if "leaves out" in prose else ""
+        left_out = {int(n) for n in re.findall(r"chapter (\d+) \(", left_out)}
+        missing = set(chapters) - left_out - set(order)
+        assert not missing and set(order) <= set(chapters), (name, sorted(missing))
+        if periods[0][0].startswith("Week"):  # the 2-week workshop counts days
+            weeks = int(name.split("-")[0])
+            assert [p for p, _, _ in periods] == [f"Week {k}" for k in range(1, weeks + 1)], name
+        for period, numbers, chosen in periods:
+            for number in filter(None, (c.strip() for c in chosen)):
+                chapter, k = (int(x) for x in number.split("."))
+                assert chapter in numbers, (name, period, number)
+                count = len(exercises.exercises(nbformat.read(chapters[chapter], as_version=4)))
+                assert 1 <= k <= count, (name, period, number)
 
 
 def test_the_instructors_page_states_the_reading_model_from_the_code():

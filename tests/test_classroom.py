@@ -82,3 +82,22 @@ def test_otter_tests_take_the_names_they_read_and_no_builtins():
     print and len are Python's own, never looked up in the notebook."""
     source = "print(len(update(x)), copy)\ny = 1\nf(y)"
     assert set(exercises._free_names(source)) == {"update", "x", "copy", "f"}
+
+
+def test_the_classroom_edition_copies_every_page_of_its_contents():
+    """Each page the book's contents list is copied into the classroom edition's source (the
+    chapters, rewritten, and classroom.BOOK_FILES), or left out as an instructors' page, and
+    so is every file those pages include: a page added to _toc.yml alone would stop its build."""
+    import re
+
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [chapter["file"] for part in toc["parts"] for chapter in part["chapters"]]
+    copied = {name.rsplit(".", 1)[0] for name in classroom.BOOK_FILES}
+    for page in [toc["root"], *pages]:
+        if page.startswith("chapters/") or page in classroom.INSTRUCTOR_PAGES:
+            continue
+        assert page in copied, f"{page} is not in tools/classroom.py's BOOK_FILES"
+        included = re.findall(r"^```\{include\} (\S+)", (ROOT / f"{page}.md").read_text(), re.M)
+        assert set(included) <= set(classroom.BOOK_FILES), (page, included)

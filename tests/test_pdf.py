@@ -8,6 +8,7 @@ import re
 import nbformat
 import pytest
 import tomllib
+import yaml
 from bs4 import BeautifulSoup
 
 from helpers.browser import did_not_run
@@ -151,13 +152,18 @@ def link_targets(reader, page):
 
 @pytest.mark.parametrize("edition", list(pdf.EDITIONS))
 def test_the_pdf_opens_with_a_title_page(edition, pdf_pages):
-    """The course's title, the edition, the package's version, the licences and the website."""
+    """The course's title, the edition, the release (the package's version and the date
+    CITATION.cff gives it, as every page of the website states it), where the changes and the
+    errata are, the licences and the website."""
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    released = yaml.safe_load((ROOT / "CITATION.cff").read_text())["date-released"]
     first = squeezed(pdf_pages[edition][1][0])
     for expected in [
         CONFIG["title"],
         EDITION_LABELS[edition],
-        f"Version {version}",
+        f"Version {version} of {released}",
+        CONFIG["html"]["baseurl"] + "changes.html",
+        CONFIG["html"]["baseurl"] + "errata.html",
         "CC BY-SA 4.0",
         "MIT licence",
         CONFIG["html"]["baseurl"],
@@ -291,3 +297,25 @@ def test_the_learner_pdf_has_no_solution_and_the_instructor_pdf_has_them(pdf_tex
         assert not [f for f in fragments if f in pdf_texts["learner"][1]], chapter.name
         shown += sum(f in pdf_texts["instructor"][1] for f in fragments)
     assert shown > 10 * len(CHAPTERS)
+
+
+def test_a_headings_link_does_not_take_the_place_of_its_contents_entry(tmp_path):
+    """A heading with a link of its own (the changelog's "[0.1.0] - 2026-11-24" leads to its
+    commit) is one link in the printed contents, to its page: a link nested inside the entry's
+    would take the entry's place (the contents test found the changelog's 0.1.0 entry leading
+    to GitHub instead of its page). The page's HTML and the contents' HTML, without a
+    browser."""
+    (tmp_path / "page.html").write_text(
+        "<article class='bd-article'><section id='page'><h1>Changes"
+        "<a class='headerlink' href='#page'>#</a></h1><section id='id1'><h2>"
+        "<a class='reference external' href='https://example.org/tree/1'>0.1.0</a>"
+        " - 2026-11-24<a class='headerlink' href='#id1'>#</a></h2></section></section>"
+        "</article>"
+    )
+    title, sections = pdf.headings(tmp_path, "page")
+    assert (title, sections) == ("Changes", [("id1", "0.1.0 - 2026-11-24")])
+    entries = [("chapter", title, 3, "site/page.html")]
+    entries += [("section", t, 3, f"site/page.html#{a}") for a, t in sections]
+    front = pdf._front_html(pdf.book_info(), "learner", entries)
+    contents = front.split("<h2>Contents</h2>")[1]
+    assert contents.count("<a ") == len(entries) and "example.org" not in contents

@@ -9,6 +9,8 @@ import urllib.parse
 
 import nbformat
 import pytest
+import tomllib
+import yaml
 from bs4 import BeautifulSoup
 from docutils.nodes import make_id
 
@@ -195,6 +197,65 @@ def test_every_page_shows_the_licence(site):
             continue  # index.html: a redirect to the home page
         footer = soup.select_one(".course-licence")
         assert footer and "CC BY-SA 4.0" in footer.get_text(), page.relative_to(site)
+
+
+def release_facts():
+    """(version, the date it was released, whether changes have landed since), from
+    pyproject.toml, CITATION.cff and CHANGELOG.md read here (not through tools/release.py)."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    date = str(yaml.safe_load((ROOT / "CITATION.cff").read_text())["date-released"])
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    unreleased = changelog.split("## [Unreleased]")[1].split("\n## [")[0]
+    return version, date, bool(re.search(r"^- \S", unreleased, re.M))
+
+
+def test_every_page_shows_the_release_and_links_to_the_changes_errata_and_forms(site):
+    version, date, pending = release_facts()
+    expected = f"Version {version} of {date}" + (", with changes not yet released" * pending)
+    repository = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    for page in html_pages(site):
+        soup = BeautifulSoup(page.read_text(), "html.parser")
+        if soup.select_one('meta[http-equiv="Refresh"], meta[http-equiv="refresh"]'):
+            continue  # index.html: a redirect to the home page
+        footer = soup.select_one("footer .course-release")
+        assert footer, f"{page.relative_to(site)}: no release in the footer"
+        assert " ".join(footer.get_text().split()).startswith(expected + " ·"), footer.get_text()
+        targets = {
+            urllib.parse.urljoin(page.relative_to(site).as_posix(), a["href"])
+            for a in footer.find_all("a")
+        }
+        assert targets == {"changes.html", "errata.html", f"{repository}/issues/new/choose"}
+
+
+def test_the_licences_page_cites_the_version_and_the_changelog_and_errata_are_pages(site):
+    version, date, _ = release_facts()
+    licences = BeautifulSoup((site / "licences.html").read_text(), "html.parser")
+    (quote,) = licences.select("article blockquote.course-citation")
+    assert f"(version {version})" in quote.get_text()
+    assert quote.select_one('a[href="https://attention-course.github.io/attention-course/"]')
+    changes = BeautifulSoup((site / "changes.html").read_text(), "html.parser")
+    titles = [" ".join(h.get_text().split()).strip("#") for h in changes.select("article h2")]
+    assert titles[0] == "Unreleased" and f"{version} - {date}" in titles
+    errata = BeautifulSoup((site / "errata.html").read_text(), "html.parser")
+    rows = errata.select("article table tbody tr")
+    entries = re.findall(r"^\| E\d+ \|", (ROOT / "errata.md").read_text(), re.M)
+    assert len(rows) == len(entries) > 0
+    home = BeautifulSoup((site / "intro.html").read_text(), "html.parser")
+    for name in ("changes", "errata", "projects"):
+        assert home.select_one(f'nav a[href="{name}.html"]'), f"{name} not in the contents"
+
+
+def test_every_link_of_the_project_notebooks_reaches_the_website(site):
+    ids, broken, count = {}, [], 0
+    base = learner.website()
+    for notebook in sorted((ROOT / "projects").glob("*.ipynb")):
+        for url in re.findall(rf"\]\(({re.escape(base)}[^)\s]*)\)", notebook.read_text()):
+            count += 1
+            path, _, fragment = url[len(base) :].partition("#")
+            target = site / (path or "index.html")
+            if not target.is_file() or (fragment and fragment not in element_ids(target, ids)):
+                broken.append(f"{notebook.name}: {url}")
+    assert count >= 4 and not broken, broken[:10]
 
 
 def test_the_index_holds_every_glossary_term_and_the_glossary_every_symbol(site):

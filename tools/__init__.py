@@ -10,7 +10,8 @@
 
 tools/data/ holds the programs that made the files in data/, run once by hand (data/README.md
 names each one's command). The other modules are the build's parts: exercises (an exercise's
-cells for each audience), pdf (the PDFs), figure_text (what `make execute` records of a figure).
+cells for each audience), pdf (the PDFs), figure_text (what `make execute` records of a figure),
+release (the version and release date that the website and the PDFs state).
 """
 
 import pathlib

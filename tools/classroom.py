@@ -31,6 +31,10 @@ BOOK_FILES = [
     "licences.md",
     "bibliography.md",
     "references.bib",
+    "projects.md",
+    "changes.md",
+    "CHANGELOG.md",  # changes.md shows it
+    "errata.md",
 ]
 INSTRUCTOR_PAGES = ["instructors"]  # left out of the classroom edition
 BOOK_FOLDERS = ["_ext", "_static", "_templates"]

@@ -11,8 +11,10 @@ book's pages go to the website (html.baseurl) rather than to the local server th
 wording that only makes sense on the website ("this website", a folded solution, a button) is
 reworded (PRINT_WORDING), and the home page says which edition the reader holds.
 
-A title page (the course's title, the edition, the package's version, the licences, the website)
-and a table of contents with page numbers come first. The pages are numbered from the title page
+A title page (the course's title, the edition, the release: its version, the date it was
+released and whether changes have landed since, as every page of the website says; the date of
+the sources printed, where to read what changed and the errata; the licences, the website) and a
+table of contents with page numbers come first. The pages are numbered from the title page
 on, so a printed number is also the PDF viewer's; each page has a running head (the chapter,
 the edition) and a footer crediting the work as CC BY-SA asks of copies (title, authors,
 licences, website). They are printed as one more document and laid over the book's pages. A
@@ -41,10 +43,9 @@ import subprocess
 import sys
 import threading
 
-import tomllib
 import yaml
 
-from tools import ROOT, system
+from tools import ROOT, release, system
 
 EDITIONS = {"learner": "attention-course.pdf", "instructor": "attention-course-instructor.pdf"}
 EDITION_LABELS = {
@@ -211,9 +212,10 @@ def parts(source=ROOT):
 
 
 def book_info(source=ROOT):
-    """What the title page and the footers say: title, authors, year, website, version, date."""
+    """What the title page and the footers say: title, authors, year, website, version, the
+    release's line (tools/release.py), the date of the sources printed."""
     config = yaml.safe_load((source / "_config.yml").read_text())
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    status = release.status()
     dated = subprocess.run(
         ["git", "-C", str(ROOT), "log", "-1", "--format=%cs"],
         capture_output=True,
@@ -225,7 +227,8 @@ def book_info(source=ROOT):
         "author": config["author"],
         "year": config.get("copyright", ""),
         "url": config["html"]["baseurl"],
-        "version": version,
+        "version": status.version,
+        "release": status.line,
         "date": dated or datetime.date.today().isoformat(),
     }
 
@@ -298,13 +301,19 @@ def plain(title_html):
 
 
 def headings(site, name):
-    """The page's title and its sections, [(anchor, HTML title)], from the built page."""
+    """The page's title and its sections, [(anchor, HTML title)], from the built page. A
+    heading's own links (the changelog's versions lead to their commits) keep their text
+    only: in the printed contents each entry is a link, and a link inside it would take its
+    place (a browser does not nest links)."""
     from bs4 import BeautifulSoup
 
     soup = BeautifulSoup((site / f"{name}.html").read_text(), "html.parser")
     article = soup.select_one("article.bd-article")
     for link in article.select("a.headerlink"):
         link.decompose()
+    for heading in article.find_all(["h1", "h2"]):
+        for link in heading.find_all("a"):
+            link.unwrap()
     title = article.find("h1")
     sections = [
         (h2.parent.get("id"), h2.decode_contents().strip())
@@ -342,6 +351,7 @@ body { margin: 0 !important; padding: 0 !important; background: #fff; }
 .course-title-page h1 { font-size: 28pt; line-height: 1.2; margin: 30%% 0 1.2em; }
 .course-title-page .edition { font-size: 16pt; font-weight: 600; margin: 0 0 2.5em; }
 .course-title-page p { margin: 0.3em 0; }
+.course-title-page .sources { font-size: 9pt; margin-bottom: 1.2em; }
 .course-title-page .licence { margin-top: auto; font-size: 9pt; text-align: left;
   border-top: 0.5pt solid #999; padding-top: 0.8em; }
 .course-toc h2 { font-size: 20pt; margin: 0 0 0.8em; }
@@ -373,7 +383,9 @@ def _front_html(info, edition, entries):
         f"<section class='course-title-page'><h1>{e(info['title'])}</h1>"
         f"<p class='edition'>{e(EDITION_LABELS[edition])}</p>"
         f"<p>{e(info['author'])}</p>"
-        f"<p>Version {e(info['version'])}, {e(info['date'])}</p>"
+        f"<p>{e(info['release'])}</p>"
+        f"<p class='sources'>Printed from the sources of {e(info['date'])}. What changed: "
+        f"{e(info['url'])}changes.html; errata: {e(info['url'])}errata.html</p>"
         f"<p><a href='{e(info['url'])}'>{e(info['url'])}</a></p>"
         f"<p class='licence'>{licence}</p></section>"
     )
@@ -585,7 +597,7 @@ def write_edition(browser, base, site, edition, source=ROOT):
         {
             "/Title": f"{info['title']}, {EDITION_LABELS[edition].lower()}",
             "/Author": info["author"],
-            "/Subject": f"Version {info['version']}",
+            "/Subject": info["release"],
         }
     )
     path = site / "pdf" / EDITIONS[edition]
