@@ -66,18 +66,25 @@ def test_no_page_shows_raw_markup(site):
         assert not raw, f"{page.relative_to(site)}: raw MyST {raw[0]!r}"
 
 
-def test_every_link_of_the_learner_edition_reaches_the_website(site):
-    """The learner notebooks link to solutions, references and pages of the website (at
-    html.baseurl): each of those pages and anchors exists in the built site."""
+def website_links(site, folder):
+    """(how many links to the website the notebooks of `folder` hold, those that reach no
+    page or anchor of the built site)."""
     ids, broken, count = {}, [], 0
     base = learner.website()
-    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    for notebook in sorted((ROOT / folder).glob("*.ipynb")):
         for url in re.findall(rf"\]\(({re.escape(base)}[^)\s]*)\)", notebook.read_text()):
             count += 1
             path, _, fragment = url[len(base) :].partition("#")
             target = site / (path or "index.html")
             if not target.is_file() or (fragment and fragment not in element_ids(target, ids)):
                 broken.append(f"{notebook.name}: {url}")
+    return count, broken
+
+
+def test_every_link_of_the_learner_edition_reaches_the_website(site):
+    """The learner notebooks link to solutions, references and pages of the website (at
+    html.baseurl): each of those pages and anchors exists in the built site."""
+    count, broken = website_links(site, "notebooks")
     assert count > 100 and not broken, broken[:10]
 
 
@@ -246,15 +253,7 @@ def test_the_licences_page_cites_the_version_and_the_changelog_and_errata_are_pa
 
 
 def test_every_link_of_the_project_notebooks_reaches_the_website(site):
-    ids, broken, count = {}, [], 0
-    base = learner.website()
-    for notebook in sorted((ROOT / "projects").glob("*.ipynb")):
-        for url in re.findall(rf"\]\(({re.escape(base)}[^)\s]*)\)", notebook.read_text()):
-            count += 1
-            path, _, fragment = url[len(base) :].partition("#")
-            target = site / (path or "index.html")
-            if not target.is_file() or (fragment and fragment not in element_ids(target, ids)):
-                broken.append(f"{notebook.name}: {url}")
+    count, broken = website_links(site, "projects")
     assert count >= 4 and not broken, broken[:10]
 
 
