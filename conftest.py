@@ -16,6 +16,7 @@ FIRST = (
     "test_site_layout.py",
     "test_classroom.py",
     "test_site_links.py",
+    "test_slides.py",
     "test_learner.py",
 )
 

@@ -49,6 +49,7 @@ from sphinx import addnodes
 from tools import (  # the one reader of exercises (tools/book.py puts tools on the path)
     colab_runtime,
     exercises,
+    slides,
 )
 
 WORDS_PER_MINUTE, MINUTES_PER_EQUATION, LINES_PER_MINUTE = 80, 2, 20
@@ -392,9 +393,35 @@ class ColabSetup(_ChapterDirective):
         ]
 
 
+class SlideDecks(_ChapterDirective):
+    """The lecture slides of every chapter (tools/slides.py), with what each deck holds."""
+
+    with_exercises = False
+
+    def run(self):
+        env = self.state.document.settings.env
+        rows = []
+        for fact, path in zip(self.facts(), chapter_paths(env.srcdir)):
+            counts = slides.counts(path)
+            link = nodes.reference("", "slides", refuri=f"{slides.FOLDER}/{slides.deck_name(path)}")
+            rows.append(
+                [
+                    self.chapter_link(fact),
+                    nodes.paragraph("", "", link),
+                    str(counts["slides"]),
+                    str(counts["figures"]),
+                    str(counts["code"]),
+                ]
+            )
+        return [
+            table(["chapter", "deck", "slides", "figures", "code cells"], rows, [6, 1, 1, 1, 1])
+        ]
+
+
 def setup(app):
     app.add_directive("course-reading-times", ReadingTimes)
     app.add_directive("course-exercises", ExerciseTables)
     app.add_directive("course-syllabus", Syllabus)
     app.add_directive("course-colab-setup", ColabSetup)
+    app.add_directive("course-slides", SlideDecks)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -18,6 +18,8 @@
   and whether changes have landed since) and links to the changelog, the errata and the
   repository's issue templates; the {course-citation} directive writes how to cite the course
   with that version (tools/release.py reads both from pyproject.toml and CHANGELOG.md).
+- Each chapter's lecture slides (tools/slides.py) are written into the site's slides/ folder,
+  and linked under the chapter's title beside the Colab and download links.
 - The page furniture works (tests/test_site_controls.py): one header (the article's), so the
   theme's buttons bind the toggles a reader sees (the pinned themes render a second, hidden
   copy of each in an empty top bar: pydata-sphinx-theme #2451, sphinx-book-theme #999); one
@@ -44,7 +46,7 @@ from sphinxcontrib.bibtex.style.referencing import BracketStyle
 from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
 
 # the one reader of exercises and the one of the release (tools/book.py puts tools on the path)
-from tools import exercises, release
+from tools import exercises, release, slides
 
 LEARNER_FOLDER = "notebooks"
 GRADER_MARKER = re.compile(r"^[ \t]*# (BEGIN|END) SOLUTION[ \t]*(\n|\Z)", re.M)
@@ -288,6 +290,7 @@ def add_learner_links(app, pagename, templatename, context, doctree):
         return
     _launch_urls_to_learner_edition(context.get("header_buttons", []), pagename, learner)
     pathto = context["pathto"]
+    deck = f"{slides.FOLDER}/{slides.deck_name(learner)}"
     colab = (  # none in the classroom edition, which is not the repository's
         f'<a class="course-colab" href="{colab_url(app.config, learner)}">'
         f'<img src="{pathto("_static/images/logo_colab.png", 1)}" alt="">Open in Colab</a>'
@@ -298,6 +301,7 @@ def add_learner_links(app, pagename, templatename, context, doctree):
         f'<p class="course-launch">{colab}'
         f'<a class="course-download" href="{pathto("_sources/" + pagename + ".ipynb", 1)}" '
         "download>Download the notebook</a>"
+        f'<a class="course-slides" href="{pathto(deck, 1)}">Lecture slides</a>'
         '<span class="course-launch-note">the chapter without its solutions; '
         f'<a href="{pathto("intro")}#how-to-read-it">on your own machine</a> it needs '
         "the course package</span></p>"
@@ -315,6 +319,13 @@ def serve_learner_edition(app, exception):
         if not learner.is_file():
             raise FileNotFoundError(f"{learner}: run `make notebooks` to write the learner edition")
         shutil.copyfile(learner, target)
+
+
+def write_slides(app, exception):
+    """Every chapter's lecture slides into the site's slides/ folder (tools/slides.py)."""
+    if exception or app.builder.format != "html":
+        return
+    slides.build(app.outdir, sorted(pathlib.Path(app.srcdir, "chapters").glob("[0-9]*.ipynb")))
 
 
 def furnish_theme(app):
@@ -391,6 +402,7 @@ def setup(app):
     app.connect("doctree-resolved", mark_lettered_lists)
     app.connect("html-page-context", add_learner_links, priority=900)
     app.connect("build-finished", serve_learner_edition)
+    app.connect("build-finished", write_slides)
     app.connect("builder-inited", furnish_theme, priority=400)
     app.connect("html-page-context", each_script_once, priority=1000)
     app.connect("html-page-context", current_aria_roles)

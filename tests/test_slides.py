@@ -1,0 +1,178 @@
+"""The lecture slides (tools/slides.py): each chapter's deck holds what the chapter holds, and
+opens in Chromium, offline, without an error.
+
+The first tests read the decks written by tools/slides.py against the chapter notebooks, parsed
+here on their own. The browser tests open every deck of the built website (tests/conftest.py's
+`site`, built once per run), as a lecturer would: every slide shown in turn at 1280 x 720, every
+request answered by the local server, MathJax's typesetting without an error, nothing past the
+slide's edges; and the chapter page's link leads to its deck.
+"""
+
+import re
+
+import nbformat
+import pytest
+from bs4 import BeautifulSoup
+from test_site_controls import axe_violations
+
+from helpers.browser import open_page, screenshot
+from tools import CHAPTERS, exercises, slides
+
+DECKS = [pytest.param(path, id=path.name[:2]) for path in CHAPTERS]
+
+
+def lecture_part(path):
+    """The chapter's cells before its summary, exercises left out (parsed here, not by
+    tools/slides.py)."""
+    cells = []
+    for item in exercises.parse(nbformat.read(path, as_version=4)):
+        if isinstance(item, exercises.Exercise):
+            continue
+        if item.cell_type == "markdown" and re.search(r"^## Summary\s*$", item.source, re.M):
+            cells.append(nbformat.v4.new_markdown_cell(item.source.split("## Summary")[0]))
+            break
+        cells.append(item)
+    return cells
+
+
+def written_deck(path):
+    return BeautifulSoup(slides.deck(path, {}), "html.parser")
+
+
+@pytest.mark.parametrize("path", DECKS)
+def test_a_deck_has_a_slide_per_section_figure_and_tagged_cell(path):
+    soup = written_deck(path)
+    cells = lecture_part(path)
+    headings = [
+        h.lstrip("#").strip()
+        for c in cells
+        if c.cell_type == "markdown"
+        for h in re.findall(r"^#{2,3} .+$", c.source, re.M)
+    ]
+    figures = [c for c in cells if c.cell_type == "code" and c.metadata.get("mystnb")]
+    tagged = [c for c in cells if "slide" in c.metadata.get("tags", [])]
+    shown = [s.find(["h2", "h3"]) for s in soup.select("section:not(.figure):not(.code)")]
+    # every section of the lecture has a slide, under its heading (maths and markup aside)
+    shown_headings = {re.sub(r"\\\(.*?\\\)", "", h.get_text()).strip() for h in shown if h}
+    for heading in headings:
+        plain = re.sub(r"[`*]|\$[^$]*\$", "", heading).strip()
+        assert plain in shown_headings, (path.name, heading, shown_headings)
+    assert len(soup.select("section.figure")) == len(figures) >= 1, path.name
+    assert len(soup.select("section.code")) == len(tagged) >= 1, path.name
+    # the tagged cells' code is on the slides as it is in the notebook
+    code = [pre.get_text() for pre in soup.select("section.code pre code")]
+    assert code == [c.source for c in tagged]
+
+
+@pytest.mark.parametrize("path", DECKS)
+def test_a_deck_shows_no_solution(path):
+    html = slides.deck(path, {})
+    text = BeautifulSoup(html, "html.parser").get_text()  # the code as the slides show it
+    lecture = "\n".join(cell.source for cell in lecture_part(path))
+    for exercise in exercises.exercises(nbformat.read(path, as_version=4)):
+        for cell in exercise.answers + exercise.verification:
+            for line in cell.source.splitlines():
+                # a distinctive line of a solution, not one it shares with the lecture
+                if len(line.strip()) > 30 and line.strip() not in lecture:
+                    assert line.strip() not in text, (path.name, exercise.label, line)
+        solution = exercise.solution_text.strip().splitlines()
+        if solution and len(solution[0]) > 30:
+            assert solution[0] not in text, (path.name, exercise.label)
+    assert "BEGIN SOLUTION" not in html
+
+
+def test_the_summary_and_the_exercises_close_every_deck():
+    for path in CHAPTERS:
+        soup = written_deck(path)
+        sections = soup.select("section")
+        assert "title" in sections[0]["class"], path.name
+        assert sections[-1].find("h2").get_text() == "Exercises", path.name
+        points = len(exercises.exercises(nbformat.read(path, as_version=4)))
+        assert len(sections[-1].select("li")) == points, path.name
+        assert "summary" in sections[-2]["class"], path.name
+
+
+# ---------------------------------------------------------------------------- in a browser
+
+SHOW_EVERY_SLIDE = """() => {
+  // each slide in turn: what lies outside the 1280 x 720 frame, and images not loaded
+  const frame = document.querySelector('.reveal .slides').getBoundingClientRect();
+  const problems = [];
+  Reveal.getSlides().forEach((slide, k) => {
+    Reveal.slide(k);
+    for (const child of slide.children) {
+      if (child.tagName === 'ASIDE') continue;
+      const box = child.getBoundingClientRect();
+      if (box.bottom > frame.bottom + 1 || box.right > frame.right + 1 ||
+          box.top < frame.top - 1 || box.left < frame.left - 1)
+        problems.push(`slide ${k + 1}: ${child.tagName} outside the slide`);
+    }
+    for (const img of slide.querySelectorAll('img'))
+      if (!img.complete || img.naturalWidth === 0) problems.push(`slide ${k + 1}: ${img.src}`);
+  });
+  return problems;
+}"""
+
+
+@pytest.mark.parametrize("path", DECKS)
+def test_every_deck_opens_offline_and_every_slide_fits(path, browser, base_url, site):
+    deck = site / slides.FOLDER / slides.deck_name(path)
+    assert deck.is_file(), f"no deck {deck}"
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    errors, outside = [], []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("requestfailed", lambda r: errors.append(f"failed: {r.url}"))
+    page.on(
+        "request",
+        lambda r: None if r.url.startswith((base_url, "data:")) else outside.append(r.url),
+    )
+    page.goto(f"{base_url}{slides.FOLDER}/{deck.name}", wait_until="load")
+    page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise")
+    page.evaluate("MathJax.startup.promise")
+    page.evaluate("document.fonts.ready")
+    assert not errors, errors
+    assert not outside, f"requests that left the site: {outside}"
+    assert page.evaluate("Reveal.getTotalSlides()") == deck.read_text().count("<section")
+    assert page.evaluate("document.querySelectorAll('mjx-merror').length") == 0
+    assert page.evaluate(SHOW_EVERY_SLIDE) == []
+    page.keyboard.press("Home")
+    assert page.evaluate("Reveal.getIndices().h") == 0
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("Reveal.getIndices().h") == 1, "the arrow key does not move on"
+    if path.name.startswith("12"):
+        screenshot(page, "slides-12-second")
+    page.close()
+
+
+def test_a_chapter_page_links_to_its_deck(browser, base_url):
+    page = open_page(browser, f"{base_url}chapters/{CHAPTERS[11].stem}.html", 1280, 800)
+    link = page.locator("article .course-launch a.course-slides")
+    assert link.inner_text() == "Lecture slides"
+    link.click()
+    page.wait_for_url(f"**/{slides.FOLDER}/{slides.deck_name(CHAPTERS[11])}")
+    page.wait_for_function("window.Reveal && Reveal.isReady()")
+    assert "Online softmax" in page.inner_text(".reveal section.present h1")
+    page.close()
+
+
+def test_the_instructors_page_lists_every_deck(site):
+    soup = BeautifulSoup((site / "instructors.html").read_text(), "html.parser")
+    links = [a["href"] for a in soup.select("a") if a.get("href", "").startswith("slides/")]
+    assert links == [f"slides/{slides.deck_name(path)}" for path in CHAPTERS]
+    for link in links:
+        assert (site / link).is_file(), link
+
+
+@pytest.mark.parametrize("number", ["04", "16"])
+def test_no_axe_violation_on_a_deck(number, browser, base_url):
+    path = next(p for p in CHAPTERS if p.name.startswith(number))
+    page = open_page(browser, f"{base_url}{slides.FOLDER}/{slides.deck_name(path)}", 1280, 720)
+    page.wait_for_function("window.Reveal && Reveal.isReady()")
+    found = []
+    for _ in range(4):  # the title slide and the next three
+        found += axe_violations(page, ".reveal section.present")
+        page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(400)
+    assert found == [], found
+    page.close()
