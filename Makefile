@@ -6,7 +6,8 @@ BIN    := $(VENV)/bin
 READY  := $(VENV)/.requirements-installed
 PORT   ?= 8000
 
-.PHONY: help system book pdf test notebooks classroom nbgrader otter serve execute bench clean \
+.PHONY: help system book pdf concepts test notebooks classroom nbgrader otter serve execute \
+	bench clean \
 	colab-refresh
 
 help:
@@ -14,6 +15,8 @@ help:
 	@echo "               as root with apt-get; book and test run it first; fast when installed"
 	@echo "make book      build the website into _build/html (warnings are errors) and its PDFs"
 	@echo "make pdf       the same: the PDFs are in _build/html/pdf"
+	@echo "make concepts  the concept checks' GIFT, Moodle XML and QTI exports into"
+	@echo "               _build/html/concept-checks (make book writes them too)"
 	@echo "make test      everything CI checks: package, notebooks, book, Colab, browser, editions"
 	@echo "make notebooks the learner edition in notebooks/ (what Colab opens): no solutions"
 	@echo "make classroom the classroom edition, to host for a class: a website without solutions"
@@ -42,6 +45,9 @@ book: system $(READY)
 	$(BIN)/python -m tools.book
 
 pdf: book
+
+concepts: $(READY)
+	$(BIN)/python -m tools.concepts
 
 # Two processes (CI has two cores): conftest.py says how the tests are shared out, the longest
 # first.

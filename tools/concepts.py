@@ -267,8 +267,11 @@ def _material(parent, text):
     ET.SubElement(material, "mattext", {"texttype": "text/plain"}).text = text
 
 
-def _choices(parent, ident, labels):
+def _choices(parent, ident, text=None):
+    """A single-choice response (its text first, if any) and its list of choices."""
     response = ET.SubElement(parent, "response_lid", {"ident": ident, "rcardinality": "Single"})
+    if text is not None:
+        _material(response, text)
     return response, ET.SubElement(response, "render_choice")
 
 
@@ -279,7 +282,7 @@ def _set_score(processing, condition_of, score, action="Set"):
 
 
 def _qti_choice(presentation, processing, q):
-    _, render = _choices(presentation, "response1", q.options)
+    _, render = _choices(presentation, "response1")
     for i, option in enumerate(q.options):
         label = ET.SubElement(render, "response_label", {"ident": f"{q.anchor}-{i}"})
         _material(label, option)
@@ -315,9 +318,7 @@ def _qti_order(presentation, processing, q):
     share = f"{100 / len(q.answer):.4f}"
     for i, step in enumerate(q.answer):
         ident = f"response_{q.anchor}-{i}"
-        response, render = _choices(presentation, ident, POSITIONS)
-        _material(response, step)
-        response.insert(0, response[-1])  # the step's text before its choices
+        _, render = _choices(presentation, ident, step)
         for j in range(len(q.answer)):
             label = ET.SubElement(render, "response_label", {"ident": f"{q.anchor}-p{j}"})
             _material(label, POSITIONS[j])
