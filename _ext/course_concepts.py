@@ -2,8 +2,9 @@
 Sphinx extension).
 
 - A section "Concept checks" goes just before the chapter's "Exercises" (so the notebooks are
-  not edited): one group of controls per question of concepts/chNN.yml (tools/concepts.py reads
-  them and computes the numeric answers with the package). _static/course-concepts.js checks an
+  not edited): an introduction (left out in print: it speaks of buttons), then one group of
+  controls per question of concepts/chNN.yml (tools/concepts.py reads them and computes the
+  numeric answers with the package). _static/course-concepts.js checks an
   answer in the page and reveals it on request; nothing is sent anywhere. Printed, the questions
   show; their answers only in the instructor edition (tools/pdf.py's `print-instructor`).
 - When the build ends, the GIFT, Moodle XML and QTI 1.2 exports are written into
@@ -102,7 +103,7 @@ def concepts_section(document, chapter):
     """The section "Concept checks" of a chapter, as docutils nodes."""
     section = nodes.section(ids=["concept-checks"], names=["concept checks"])
     section += nodes.title("", "Concept checks")
-    section += nodes.paragraph("", INTRO)
+    section += nodes.paragraph("", INTRO, classes=["course-concepts-intro"])
     body = "".join(question_html(q) for q in concepts.load(chapter))
     section += nodes.raw("", f'<div class="course-concepts">{body}</div>', format="html")
     document.note_implicit_target(section)
