@@ -6,19 +6,19 @@ BIN    := $(VENV)/bin
 READY  := $(VENV)/.requirements-installed
 PORT   ?= 8000
 
-.PHONY: help system book pdf concepts test notebooks classroom nbgrader otter serve execute \
-	bench clean \
+.PHONY: help system book pdf test notebooks classroom nbgrader otter serve execute bench clean \
 	colab-refresh
+.PHONY: concepts
 
 help:
 	@echo "make system    install the Debian packages book and test need (Chromium, a CJK font),"
 	@echo "               as root with apt-get; book and test run it first; fast when installed"
 	@echo "make book      build the website into _build/html (warnings are errors) and its PDFs"
 	@echo "make pdf       the same: the PDFs are in _build/html/pdf"
-	@echo "make concepts  the concept checks' GIFT, Moodle XML and QTI exports into"
-	@echo "               _build/html/concept-checks (make book writes them too)"
 	@echo "make test      everything CI checks: package, notebooks, book, Colab, browser, editions"
 	@echo "make notebooks the learner edition in notebooks/ (what Colab opens): no solutions"
+	@echo "make concepts  the concept checks' GIFT, Moodle XML and QTI exports into"
+	@echo "               _build/html/concept-checks (make book writes them too)"
 	@echo "make classroom the classroom edition, to host for a class: a website without solutions"
 	@echo "               and the learner notebooks without links to them, in _build/classroom/"
 	@echo "make nbgrader  nbgrader course folder _build/nbgrader (CH=01 for one chapter)"
@@ -46,9 +46,6 @@ book: system $(READY)
 
 pdf: book
 
-concepts: $(READY)
-	$(BIN)/python -m tools.concepts
-
 # Two processes (CI has two cores): conftest.py says how the tests are shared out, the longest
 # first.
 WORKERS ?= 2
@@ -58,6 +55,9 @@ test: system $(READY)
 
 notebooks: $(READY)
 	$(BIN)/python -m tools.learner
+
+concepts: $(READY)
+	$(BIN)/python -m tools.concepts
 
 classroom: system notebooks
 	$(BIN)/python -m tools.classroom
