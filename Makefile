@@ -8,6 +8,7 @@ PORT   ?= 8000
 
 .PHONY: help system book pdf slides test notebooks classroom nbgrader otter serve execute bench clean \
 	colab-refresh
+.PHONY: concepts
 
 help:
 	@echo "make system    install the Debian packages book and test need (Chromium, a CJK font),"
@@ -17,6 +18,8 @@ help:
 	@echo "make slides    every chapter's lecture slides (reveal.js, offline) in _build/html/slides"
 	@echo "make test      everything CI checks: package, notebooks, book, Colab, browser, editions"
 	@echo "make notebooks the learner edition in notebooks/ (what Colab opens): no solutions"
+	@echo "make concepts  the concept checks' GIFT, Moodle XML and QTI exports into"
+	@echo "               _build/html/concept-checks (make book writes them too)"
 	@echo "make classroom the classroom edition, to host for a class: a website without solutions"
 	@echo "               and the learner notebooks without links to them, in _build/classroom/"
 	@echo "make nbgrader  nbgrader course folder _build/nbgrader (CH=01 for one chapter)"
@@ -56,6 +59,9 @@ test: system $(READY)
 
 notebooks: $(READY)
 	$(BIN)/python -m tools.learner
+
+concepts: $(READY)
+	$(BIN)/python -m tools.concepts
 
 classroom: system notebooks
 	$(BIN)/python -m tools.classroom

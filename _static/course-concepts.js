@@ -1,0 +1,79 @@
+/* The chapters' concept checks (_ext/course_concepts.py writes them into each chapter page).
+
+   Each question is a .course-concept box: a fieldset (radio buttons, a number field, or one
+   position menu per step), a Check button, a Show answer button and a live verdict. The answer
+   is checked here, in the page; nothing is sent anywhere. */
+
+(function () {
+  "use strict";
+
+  // "1,050,624", "1 050 624", "−0.5" or "14.6%" -> a number; NaN for anything else.
+  function parseNumber(text) {
+    const t = text.trim().replace(/[\s_]/g, "").replace(/\u2212/g, "-").replace(/%$/, "")
+      .replace(/,(?=\d{3}(?:\D|$))/g, "");
+    return /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i.test(t) ? Number(t) : NaN;
+  }
+
+  // true (right), false (wrong), or a string asking for an answer first.
+  const JUDGES = {
+    choice(box) {
+      const picked = box.querySelector("input[type=radio]:checked");
+      return picked ? picked.value === box.dataset.answer : "Choose an option first.";
+    },
+    numeric(box) {
+      const value = parseNumber(box.querySelector("input").value);
+      if (Number.isNaN(value)) return "Type a number first, such as 0.25 or 1024.";
+      const right = Number(box.dataset.value);
+      const slack = Number(box.dataset.tolerance) + 1e-9 * Math.abs(right);
+      return Math.abs(value - right) <= slack;
+    },
+    order(box) {
+      const menus = [...box.querySelectorAll("select")];
+      if (menus.some((m) => m.value === "")) return "Give every step a position first.";
+      return menus.every((m) => m.value === m.dataset.position);
+    },
+  };
+
+  function check(box) {
+    const verdict = box.querySelector(".course-concept-verdict");
+    const result = JUDGES[box.dataset.kind](box);
+    box.classList.remove("is-right", "is-wrong");
+    if (typeof result === "string") {
+      verdict.textContent = result;
+      return;
+    }
+    box.classList.add(result ? "is-right" : "is-wrong");
+    const why = box.querySelector(".course-concept-explanation").textContent;
+    verdict.textContent = result
+      ? "Right. " + why
+      : "Not right. Try again, or press Show answer.";
+  }
+
+  function toggleAnswer(box, button) {
+    const answer = box.querySelector(".course-concept-answer");
+    answer.hidden = !answer.hidden;
+    button.setAttribute("aria-expanded", String(!answer.hidden));
+    button.textContent = answer.hidden ? "Show answer" : "Hide answer";
+  }
+
+  function setUp(box) {
+    const show = box.querySelector(".course-concept-show");
+    box.querySelector(".course-concept-check").addEventListener("click", () => check(box));
+    show.addEventListener("click", () => toggleAnswer(box, show));
+    // Enter in the number field checks, as a form would, without submitting anything
+    box.querySelectorAll("input[type=text]").forEach((field) =>
+      field.addEventListener("keydown", (event) => {
+        if (event.key === "Enter") {
+          event.preventDefault();
+          check(box);
+        }
+      }));
+  }
+
+  function start() {
+    document.querySelectorAll(".course-concept").forEach(setUp);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
