@@ -1,6 +1,6 @@
 """Build the exam question bank, an instructor edition only (`make exam`).
 
-    python -m tools.exam [--out DIR] [--no-pdf]   # default DIR: _build/instructor
+    python -m tools.exam [--out DIR] [--source FILE] [--no-pdf]   # DIR: _build/instructor
 
 The source, instructor/exam_bank.yml, holds written questions per Part with model answers and
 rubrics (the chapters' {grading-rubric} format, tools/exercises.py). The numbers of the model
@@ -205,9 +205,10 @@ def build(out=OUTPUT, pdfs=True, source=SOURCE):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=OUTPUT)
+    parser.add_argument("--source", type=pathlib.Path, default=SOURCE, help="a bank of your own")
     parser.add_argument("--no-pdf", action="store_true")
     args = parser.parse_args(argv)
-    build(args.out.resolve(), pdfs=not args.no_pdf)
+    build(args.out.resolve(), pdfs=not args.no_pdf, source=args.source.resolve())
 
 
 if __name__ == "__main__":
