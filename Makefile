@@ -6,7 +6,8 @@ BIN    := $(VENV)/bin
 READY  := $(VENV)/.requirements-installed
 PORT   ?= 8000
 
-.PHONY: help system book pdf slides test notebooks classroom nbgrader otter serve execute bench clean \
+.PHONY: help system book pdf slides test notebooks classroom nbgrader otter exam serve execute bench \
+	clean \
 	colab-refresh
 .PHONY: concepts
 
@@ -24,6 +25,8 @@ help:
 	@echo "               and the learner notebooks without links to them, in _build/classroom/"
 	@echo "make nbgrader  nbgrader course folder _build/nbgrader (CH=01 for one chapter)"
 	@echo "make otter     Otter-Grader master notebooks in _build/otter (CH=01, COLAB=1 for Colab)"
+	@echo "make exam      the exam question bank, for instructors only, in _build/instructor/"
+	@echo "               (a page and a PDF; never published: instructors.md)"
 	@echo "make serve     preview _build/html on http://127.0.0.1:$(PORT)"
 	@echo "make execute   re-run notebooks, store their outputs, rewrite the learner edition"
 	@echo "make bench     time each notebook; the masked/causal attention paths and half precision"
@@ -71,6 +74,9 @@ nbgrader: $(READY)
 
 otter: $(READY)
 	$(BIN)/python -m tools.graders otter $(CH) $(if $(COLAB),--colab)
+
+exam: system $(READY)
+	$(BIN)/python -m tools.exam
 
 serve: book
 	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html

@@ -11,6 +11,9 @@
   where nothing runs: in the chapter's notebook, whose check cells say whether an answer is
   right; on the public website, also that each folded solution shows a worked answer
   (tools/exercises.py's HOW_TO_CHECK, by the edition in the `course_edition` setting).
+- A written part's rubric (its {grading-rubric} block, tools/exercises.py) is shown beside the
+  model answer, inside the folded solution, under a title with its points; where solutions are
+  not shown (the learner's PDF, the classroom edition) neither is it.
 - The index points into the chapters: every glossary term where a chapter defines it (in bold
   or italics) and where the course first uses it, every public name of the package where each
   chapter first uses it.
@@ -213,6 +216,25 @@ class CheckCells(Directive):
         return container.children
 
 
+class Rubric(Directive):
+    """A written part's rubric: "Rubric (N points)", then its criteria and their levels as
+    written, in a box of class course-rubric; a rubric that breaks the format is an error."""
+
+    has_content = True
+
+    def run(self):
+        try:
+            criteria = exercises.parse_rubric("\n".join(self.content))
+        except ValueError as error:
+            raise self.error(f"{{{exercises.RUBRIC}}}: {error}") from None
+        box = nodes.container(classes=["course-rubric"])
+        title = nodes.paragraph(classes=["course-rubric-title"])
+        title += nodes.strong(text=exercises.rubric_title(criteria))
+        box += title
+        self.state.nested_parse(self.content, self.content_offset, box)
+        return [box]
+
+
 @functools.cache
 def release_facts(root):
     """What every page's footer says of the release (_templates/course-release.html)."""
@@ -396,6 +418,7 @@ def setup(app):
     app.add_config_value("course_edition", "website", "env")  # or "classroom website"
     app.add_directive(exercises.CHECK_CELLS, CheckCells)
     app.add_directive("course-citation", Citation)
+    app.add_directive(exercises.RUBRIC, Rubric)
     app.add_transform(ChapterIndex)
     app.connect("source-read", show_points)
     app.connect("doctree-resolved", hide_grader_markers)

@@ -36,6 +36,7 @@ def test_no_solution_is_left(chapter, edition):
         " ".join(tag.get("class", [])) for tag in BeautifulSoup(page, "html.parser").find_all(True)
     )
     assert "{solution" not in handout
+    assert "course-rubric" not in page and exercises.RUBRIC not in handout, "a rubric is left"
     assert "#sol-" not in handout and "Classroom edition" in handout, "links to the solutions"
     assert "colab.research.google.com" not in page, "Colab opens the public notebooks"
     served = edition / "_build" / "html" / "_sources" / "chapters" / chapter.name

@@ -1,6 +1,8 @@
 """The instructor's path with the real graders: every chapter becomes an nbgrader assignment and
 an Otter-Grader assignment; grading a correct, an untouched and a one-mistake submission gives
-full, zero and partial automatic points; feedback and student notebooks show no hidden test."""
+full, zero and partial automatic points; feedback and student notebooks show no hidden test and
+no rubric, which the graders' own copies (nbgrader's source and autograded notebooks, Otter's
+master and autograder notebooks) hold."""
 
 import csv
 import json
@@ -60,10 +62,20 @@ def mistaken(source, chapter):
 
 
 def assert_no_solution(text, instructor):
+    """No solution line (the rubrics' lines among them: they are in the solutions), no hidden
+    test, no mark scheme."""
     for fragment in solution_fragments(instructor):
         assert fragment not in text, f"solution text reached the students: {fragment!r}"
     for line in hidden_test_lines(instructor):
         assert line not in text, f"a hidden test reached the students: {line!r}"
+    assert "MARK SCHEME" not in text and exercises.RUBRIC not in text
+
+
+def assert_every_rubric(path, instructor):
+    """The notebook at `path` holds the rubric of every written part of the chapter."""
+    text = "\n".join(cell.source for cell in nbformat.read(path, as_version=4).cells)
+    rubrics = [e.rubric_text for e in exercises.exercises(instructor) if e.written_points]
+    assert rubrics and all(rubric in text for rubric in rubrics)
 
 
 # ------------------------------------------------------------------------------------ nbgrader
@@ -83,6 +95,7 @@ def test_nbgrader_release_has_no_solution_and_valid_cells(chapter, course):
     instructor = nbformat.read(chapter, as_version=4)
     release = course / "release" / chapter.stem / chapter.name
     assert_no_solution(release.read_text(), instructor)
+    assert_every_rubric(course / "source" / chapter.stem / chapter.name, instructor)
     cells = nbformat.read(release, as_version=4).cells
     graded = [c.metadata["nbgrader"] for c in cells if c.metadata.get("nbgrader", {}).get("grade")]
     found = exercises.exercises(instructor)
@@ -96,6 +109,11 @@ def test_nbgrader_release_has_no_solution_and_valid_cells(chapter, course):
         for e in found
     )
     assert sum("YOUR ANSWER HERE" in c.source for c in cells) == len(written)
+    rubric_cells = [
+        c for c in cells if c.metadata.get("nbgrader", {}).get("grade_id", "")[-7:] == "-rubric"
+    ]
+    assert len(rubric_cells) == len(written), "each written answer keeps its rubric's cell"
+    assert all("graded by hand" in c.source for c in rubric_cells)
     stubs = sum("raise NotImplementedError()" in c.source for c in cells)
     assert stubs == sum(len(e.answers) for e in found), "a stub where no code is asked for"
     summary = [c for c in instructor.cells if "Summary" in c.source][0]
@@ -172,6 +190,17 @@ def test_written_answers_wait_for_the_formgrader(chapter, course, autograded):
 
 
 @pytest.mark.parametrize("chapter", AUTOGRADED, ids=lambda path: path.stem)
+def test_the_formgrader_sees_each_rubric_under_its_answer(chapter, course, autograded):
+    """autograde puts the mark schemes back (their cells are locked) in the notebook that the
+    formgrader shows, whatever the student did to them."""
+    instructor = nbformat.read(chapter, as_version=4)
+    for student in ("correct", "untouched"):
+        assert_every_rubric(
+            course / "autograded" / student / chapter.stem / chapter.name, instructor
+        )
+
+
+@pytest.mark.parametrize("chapter", AUTOGRADED, ids=lambda path: path.stem)
 def test_nbgrader_feedback_shows_no_hidden_test(chapter, course, autograded):
     instructor = nbformat.read(chapter, as_version=4)
     for student in ("correct", "untouched", "one-mistake"):
@@ -179,6 +208,8 @@ def test_nbgrader_feedback_shows_no_hidden_test(chapter, course, autograded):
         assert "BEGIN HIDDEN TESTS" not in page
         for line in hidden_test_lines(instructor):
             assert line.split("(")[1] not in page, f"{student}: hidden test {line!r} shown"
+        # the mark scheme's delimiters and its levels' labels, however the HTML renders them
+        assert "MARK SCHEME" not in page and "Full (" not in page, f"{student}: a rubric shown"
     untouched = course / "feedback" / "untouched" / chapter.stem / f"{chapter.stem}.html"
     assert "Hidden tests failed" in untouched.read_text()
 
@@ -211,6 +242,7 @@ def test_otter_assign_gives_a_student_notebook_without_solutions(chapter, otter)
     dist = root / chapter.stem / "dist"
     student = (dist / "student" / chapter.name).read_text()
     assert_no_solution(student, instructor)
+    assert_every_rubric(dist / "autograder" / chapter.name, instructor)  # the grader's copy
     for exercise in exercises.exercises(instructor):
         if exercise.is_coding:
             assert f'grader.check(\\"{exercise.name}\\")' in student

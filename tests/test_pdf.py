@@ -14,7 +14,7 @@ from bs4 import BeautifulSoup
 from helpers.browser import did_not_run
 from helpers.site import CHAPTERS, CONFIG, chapter_title, lecture_and_prompt_cells
 from helpers.solution_text import solution_fragments
-from tools import ROOT, pdf, system
+from tools import ROOT, exercises, pdf, system
 
 EDITION_LABELS = {
     "learner": "Learner edition (no solutions)",
@@ -297,6 +297,23 @@ def test_the_learner_pdf_has_no_solution_and_the_instructor_pdf_has_them(pdf_tex
         assert not [f for f in fragments if f in pdf_texts["learner"][1]], chapter.name
         shown += sum(f in pdf_texts["instructor"][1] for f in fragments)
     assert shown > 10 * len(CHAPTERS)
+
+
+def test_the_instructor_pdf_shows_every_rubric_and_the_learner_pdf_none(pdf_texts):
+    """A rubric's title, "Rubric (N points)", is printed once per written part, in the order of
+    the book, in the instructor edition only (its criteria are solution lines, checked above)."""
+    titles = [
+        squeezed(exercises.rubric_title(exercise.rubric))
+        for chapter in CHAPTERS
+        for exercise in exercises.exercises(nbformat.read(chapter, as_version=4))
+        if exercise.written_points
+    ]
+    printed = {
+        edition: re.findall(r"Rubric\(\d+(?:\.\d+)?points?\)", pdf_texts[edition][1])
+        for edition in pdf.EDITIONS
+    }
+    assert printed["instructor"] == titles and len(titles) > 2 * len(CHAPTERS)
+    assert printed["learner"] == []
 
 
 def test_a_headings_link_does_not_take_the_place_of_its_contents_entry(tmp_path):

@@ -4,7 +4,9 @@ The instructor notebooks in chapters/ are the one source of truth. An exercise i
 
     a markdown cell that opens with `:::{exercise}`    the prompt, with its grading record in
                                                        metadata["exercise"] (see below)
-    a markdown cell that opens with `{solution-start}` the written solution
+    a markdown cell that opens with `{solution-start}` the written solution (the model answer),
+                                                       ending, for a written part, with its
+                                                       rubric in a {grading-rubric} block
     code cells holding `# BEGIN SOLUTION` ... `# END SOLUTION`   the answer to a coding exercise
     code cells tagged `check`                          its public test: a call of
                                                        attention_course.checks
@@ -17,6 +19,21 @@ The grading record of a prompt cell:
     hidden_tests    code run only by the graders (the same checks on other seeds)
     hidden_points   points of the hidden tests
     written_points  points of an answer written in words and graded by hand
+
+A written part's rubric says, criterion by criterion, what a full, a partial and a zero
+answer contains; its criteria's points add up to `written_points` (tests/test_rubrics.py):
+
+    ```{grading-rubric}
+    - **The criterion, in a few words (2 points)**
+      - *Full (2):* what an answer must contain to earn every point of the criterion.
+      - *Partial (1):* what earns part of them (one line per partial level).
+      - *Zero (0):* what earns nothing.
+    ```
+
+The website and the instructor's PDF show it inside the folded solution, beside the model
+answer (_ext/course_site.py); the graders' copies carry it as grading notes that their tools
+keep from the students (an nbgrader mark scheme, a cell of Otter's solution); the learner and
+classroom editions never have it, as they have no solution.
 
 From this, `learner_cells` (the learner and classroom editions), `nbgrader_cells` and
 `otter_cells` (the graders' copies) write each audience's cells.
@@ -47,6 +64,8 @@ SOLUTION_BLOCK = re.compile(
 )
 WRITTEN_ANSWER = "**Your answer.** *Write your answer here.*"
 CHECK_CELLS = "check-cells"  # the directive of a chapter's exercise introduction
+RUBRIC = "grading-rubric"  # the directive of a written part's rubric, in its solution
+MARK_SCHEME = ("=== BEGIN MARK SCHEME ===", "=== END MARK SCHEME ===")  # nbgrader's delimiters
 HOW_TO_CHECK = {  # what each edition adds to it
     "website": "Nothing runs on this page: to work an exercise, open the chapter as a notebook "
     "(the Colab and download links under its title), where the check cell under your answer "
@@ -73,13 +92,97 @@ CODE_SCRATCH = "# Your code for this exercise, to go with your written answer."
 CODE_AFTER_CHECK = "# Your code for the rest of this exercise (the part after the check)."
 
 
+# ---------------------------------------------------------------------------------- rubrics
+
+RUBRIC_BLOCK = re.compile(
+    rf"^```{{{re.escape(RUBRIC)}}}[ \t]*\n(?P<body>.*?)^```[ \t]*$\n?", re.M | re.S
+)
+CRITERION = re.compile(r"^- \*\*(?P<title>.+) \((?P<points>\d+(?:\.\d+)?) points?\)\*\*$")
+LEVEL = re.compile(
+    r"^  - \*(?P<level>Full|Partial|Zero) \((?P<points>\d+(?:\.\d+)?)\):\* (?P<text>.+)$"
+)
+CONTINUATION = re.compile(r"^    \S")
+
+
+@dataclasses.dataclass
+class Criterion:
+    """One criterion of a rubric: its title, its points and its levels, (name, points, text)
+    from full to zero."""
+
+    title: str
+    points: float
+    levels: list
+
+    def level(self, name):
+        return [level for level in self.levels if level[0] == name]
+
+
+def parse_rubric(body):
+    """The criteria of a {grading-rubric} block's body; ValueError where the body does not
+    follow the format of the module's docstring (one full level with all the criterion's
+    points, at least one partial level strictly between, one zero level)."""
+    criteria = []
+    for number, line in enumerate(body.strip("\n").split("\n"), 1):
+        if not line.strip():
+            continue
+        if match := CRITERION.match(line):
+            criteria.append(Criterion(match["title"], float(match["points"]), []))
+        elif (match := LEVEL.match(line)) and criteria:
+            level = (match["level"], float(match["points"]), match["text"])
+            criteria[-1].levels.append(level)
+        elif CONTINUATION.match(line) and criteria and criteria[-1].levels:
+            name, points, text = criteria[-1].levels[-1]
+            criteria[-1].levels[-1] = (name, points, f"{text} {line.strip()}")
+        else:
+            raise ValueError(f"rubric line {number} is neither a criterion nor a level: {line!r}")
+    if not criteria:
+        raise ValueError("a rubric needs at least one criterion")
+    for criterion in criteria:
+        names = [name for name, _, _ in criterion.levels]
+        full, partial, zero = (criterion.level(name) for name in ("Full", "Partial", "Zero"))
+        if names[:1] != ["Full"] or names[-1:] != ["Zero"] or len(full) != 1 or len(zero) != 1:
+            raise ValueError(f"{criterion.title}: levels Full, Partial..., Zero, in this order")
+        if not partial:
+            raise ValueError(f"{criterion.title}: say what earns partial credit")
+        if full[0][1] != criterion.points or zero[0][1] != 0:
+            raise ValueError(f"{criterion.title}: full earns the criterion's points, zero none")
+        if not all(0 < points < criterion.points for _, points, _ in partial):
+            raise ValueError(f"{criterion.title}: a partial level earns part of the points")
+    return criteria
+
+
+def split_rubric(text):
+    """(the model answer, the rubric's body or "") of a solution's text."""
+    found = list(RUBRIC_BLOCK.finditer(text))
+    if len(found) > 1:
+        raise ValueError("a solution has one {grading-rubric} block")
+    if not found:
+        return text, ""
+    return RUBRIC_BLOCK.sub("", text).strip(), found[0]["body"].strip("\n")
+
+
+def rubric_points(criteria):
+    return sum(criterion.points for criterion in criteria)
+
+
+def rubric_title(criteria):
+    points = rubric_points(criteria)
+    return f"Rubric ({points:g} point{'s' * (points != 1)})"
+
+
+def rubric_markdown(body):
+    """A rubric as plain Markdown, for the graders' copies."""
+    return f"**{rubric_title(parse_rubric(body))}**\n\n{body}"
+
+
 @dataclasses.dataclass
 class Exercise:
     """One exercise of a chapter, its cells sorted by role."""
 
     label: str
     prompt: nbformat.NotebookNode
-    solution_text: str
+    solution_text: str  # the model answer (the solution's text without its rubric)
+    rubric_text: str  # the body of its {grading-rubric} block, "" if it has none
     answers: list
     checks: list
     verification: list
@@ -95,6 +198,10 @@ class Exercise:
     @property
     def written_points(self):
         return self.record.get("written_points", 0)
+
+    @property
+    def rubric(self):
+        return parse_rubric(self.rubric_text) if self.rubric_text else []
 
     @property
     def name(self):
@@ -144,11 +251,8 @@ def parse(notebook):
             j += 1
         if cells[j].source.strip() != "```{solution-end}\n```":
             raise ValueError(f"exercise {label}: keep the {{solution-end}} cell on its own")
-        items.append(
-            Exercise(
-                label, cell, _text_after_directive(start.source), answers, checks, verification
-            )
-        )
+        answer, rubric = split_rubric(_text_after_directive(start.source))
+        items.append(Exercise(label, cell, answer, rubric, answers, checks, verification))
         i = j + 1
     return items
 
@@ -252,10 +356,23 @@ def hidden_tests_cell(exercise):
     return nbformat.v4.new_code_cell(f"### BEGIN HIDDEN TESTS\n{code}\n### END HIDDEN TESTS")
 
 
+def mark_scheme_cell(exercise):
+    """A locked cell under a written answer: the rubric as a mark scheme, which
+    `nbgrader generate_assignment` removes from the students' copy and `nbgrader autograde`
+    puts back (from the gradebook) for the formgrader, and one line the students see."""
+    points = exercise.written_points
+    visible = f"*Your written answer above is graded by hand ({points:g} point"
+    visible += f"{'s' * (points != 1)}), with a rubric.*"
+    begin, end = MARK_SCHEME
+    source = f"{visible}\n\n{begin}\n\n{rubric_markdown(exercise.rubric_text)}\n\n{end}"
+    return _nbgrader(nbformat.v4.new_markdown_cell(source), f"{exercise.label}-rubric", locked=True)
+
+
 def nbgrader_cells(notebook):
     """The lecture, and per exercise: a locked prompt, answer cells, locked graded test cells
-    (public checks, then hidden tests), and a hand-graded answer cell that holds the written
-    solution (which `nbgrader generate_assignment` replaces by YOUR ANSWER HERE)."""
+    (public checks, then hidden tests), a hand-graded answer cell that holds the written
+    solution (which `nbgrader generate_assignment` replaces by YOUR ANSWER HERE) and, under it,
+    the locked cell of its rubric, a mark scheme."""
     cells = []
     for item in parse(notebook):
         if not isinstance(item, Exercise):
@@ -301,6 +418,8 @@ def nbgrader_cells(notebook):
                     points=item.written_points,
                 )
             )
+            if item.rubric_text:
+                cells.append(mark_scheme_cell(item))
     return cells
 
 
@@ -346,7 +465,8 @@ def _otter_question(name, points=None, manual=False):
 
 def otter_cells(notebook, config):
     """Otter Assign's format: the assignment config, the lecture, and per exercise a question
-    (solution, public and hidden tests) and, for a written part, a manually graded question."""
+    (solution, public and hidden tests) and, for a written part, a manually graded question
+    whose solution holds the model answer and its rubric."""
     cells = [_raw("# ASSIGNMENT CONFIG\n" + config)]
     for item in parse(notebook):
         if not isinstance(item, Exercise):
@@ -381,8 +501,10 @@ def otter_cells(notebook, config):
                 cells.append(
                     nbformat.v4.new_code_cell(f"{BEGIN}\n{item.verification_code()}\n{END}")
                 )
+            cells.append(nbformat.v4.new_markdown_cell(item.solution_text or WRITTEN_ANSWER))
+            if item.rubric_text:  # inside the solution: the grader's, never the students'
+                cells.append(nbformat.v4.new_markdown_cell(rubric_markdown(item.rubric_text)))
             cells += [
-                nbformat.v4.new_markdown_cell(item.solution_text or WRITTEN_ANSWER),
                 _raw(END),
                 _raw("# END QUESTION"),
             ]

@@ -45,9 +45,14 @@ class ClearHiddenTestsAndTheirErrors(ClearHiddenTests):
         return cell, resources
 
 
+# Each written answer's rubric is a mark scheme in the locked cell under it (not a task cell,
+# which would carry points of its own): released without it, put back by autograde for the
+# formgrader (the cell is locked), and removed again from the students' feedback.
+c.ClearMarkScheme.enforce_metadata = False
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     ClearHiddenTestsAndTheirErrors,
+    "nbgrader.preprocessors.ClearMarkScheme",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 # A chapter runs its whole lecture before the exercises: give each cell time.
