@@ -47,6 +47,7 @@ from docutils.parsers.rst import Directive, directives
 from sphinx import addnodes
 
 from tools import (  # the one reader of exercises (tools/book.py puts tools on the path)
+    CHAPTERS,
     colab_runtime,
     exercises,
     slides,
@@ -399,9 +400,8 @@ class SlideDecks(_ChapterDirective):
     with_exercises = False
 
     def run(self):
-        env = self.state.document.settings.env
         rows = []
-        for fact, path in zip(self.facts(), chapter_paths(env.srcdir)):
+        for fact, path in zip(self.facts(), CHAPTERS):
             counts = slides.counts(path)
             link = nodes.reference("", "slides", refuri=f"{slides.FOLDER}/{slides.deck_name(path)}")
             rows.append(

@@ -347,7 +347,7 @@ def write_slides(app, exception):
     """Every chapter's lecture slides into the site's slides/ folder (tools/slides.py)."""
     if exception or app.builder.format != "html":
         return
-    slides.build(app.outdir, sorted(pathlib.Path(app.srcdir, "chapters").glob("[0-9]*.ipynb")))
+    slides.build(app.outdir)  # from the repository's chapters: a classroom copy has no solutions
 
 
 def furnish_theme(app):

@@ -21,7 +21,10 @@ from tools import ROOT, exercises, learner
 
 
 def html_pages(site):
-    return sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)
+    """The book's pages (the slide decks, slides/, are not pages of the book: tests/test_slides.py
+    checks that each credits the licence and names the release on its title slide)."""
+    skipped = {"_static", "slides"}
+    return sorted(p for p in site.rglob("*.html") if not skipped & set(p.relative_to(site).parts))
 
 
 def element_ids(page, cache):

@@ -86,6 +86,8 @@ def test_the_summary_and_the_exercises_close_every_deck():
         soup = written_deck(path)
         sections = soup.select("section")
         assert "title" in sections[0]["class"], path.name
+        credit = sections[0].select_one(".course-licence").get_text()
+        assert "CC BY-SA 4.0" in credit and "Version " in sections[0].get_text(), path.name
         assert sections[-1].find("h2").get_text() == "Exercises", path.name
         points = len(exercises.exercises(nbformat.read(path, as_version=4)))
         assert len(sections[-1].select("li")) == points, path.name

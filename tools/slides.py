@@ -281,10 +281,10 @@ def deck_slides(path, images):
     version = release.status().line
     title = slide(
         f"<p class='kicker'>Chapter {lecture.number}</p><h1>{html.escape(lecture.title)}</h1>"
-        + render(lecture.opening)
+        + render(opening_sentences(lecture.opening, 2 * SHORT))
         + f"<p class='course'>{html.escape(learner.book_config()['title'])}"
         + f" · {html.escape(version)}"
-        + "</p>",
+        + "</p><p class='course-licence'>Text and figures CC BY-SA 4.0, code MIT</p>",
         classes="title",
     )
     slides = [title]
