@@ -15,6 +15,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 import torch
+from test_site_controls import SETTLED, axe_violations
 
 from helpers.site import CHAPTERS
 from tools import concepts
@@ -24,15 +25,6 @@ ALL = {chapter: concepts.load(chapter) for chapter in NUMBERS}
 QUESTIONS = [q for chapter in NUMBERS for q in ALL[chapter]]
 BY_ANCHOR = {q.anchor: q for q in QUESTIONS}
 BY_ID = {(q.chapter, q.id): q for q in QUESTIONS}
-# Resolves when the page's fonts are loaded and its transitions finished (test_site_controls.py).
-SETTLED = """async () => {
-  await document.fonts.ready;
-  await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
-  const finite = document.getAnimations().filter(
-    a => a.effect && a.effect.getComputedTiming().endTime !== Infinity);
-  await Promise.all(finite.map(a => a.finished.catch(() => null)));
-}"""
-WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22a", "wcag22aa"]
 
 
 def _generator():
@@ -532,21 +524,17 @@ def test_the_answers_print_in_the_instructor_edition_only(browser, base_url):
 def test_no_axe_violation_in_the_concept_checks(browser, base_url):
     """axe-core's WCAG A and AA rules on chapter 4's checks, in light and dark mode, with
     a verdict shown and an answer revealed."""
-    from axe_playwright_python.sync_playwright import Axe
-
     page, _ = chapter_page(browser, base_url, 4)
     first = ALL[4][0].anchor
     page.click(f"#{first} .course-concept-check")  # "Type a number first"
     page.click(f"#{ALL[4][2].anchor}-o1")
     page.click(f"#{ALL[4][2].anchor} .course-concept-check")
     page.click(f"#{ALL[4][2].anchor} .course-concept-show")
-    options = {"runOnly": {"type": "tag", "values": WCAG_TAGS}, "resultTypes": ["violations"]}
     found = {}
     for mode in ("light", "dark"):
         page.emulate_media(color_scheme=mode)
         page.wait_for_function(f"document.documentElement.dataset.theme === '{mode}'")
         page.evaluate(SETTLED)
-        result = Axe().run(page, context="#concept-checks", options=options).response
-        found[mode] = [f"{v['id']}: {v['nodes'][0]['target']}" for v in result["violations"]]
+        found[mode] = axe_violations(page, "#concept-checks")
     page.close()
     assert found == {"light": [], "dark": []}
