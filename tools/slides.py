@@ -21,6 +21,7 @@ Press F for full screen, Esc for the overview, S for the speaker view with the n
 import argparse
 import base64
 import html
+import importlib.util
 import pathlib
 import re
 import shutil
@@ -158,7 +159,8 @@ class Lecture:
         self.number = self.chapter.number
         self.sections, self.summary, self.opening = [], "", ""
         self.title = ""
-        self.figures = 0
+        # the figures numbered as the website and the learner edition number them
+        self.figures = {id(c): k for k, c in enumerate(learner._figure_cells(self.notebook), 1)}
         self._read(exercises.parse(self.notebook))
 
     def _read(self, items):
@@ -192,13 +194,11 @@ class Lecture:
         return section
 
     def _read_code(self, cell, section):
-        caption = cell.metadata.get("mystnb", {}).get("figure", {}).get("caption")
-        has_png = any("image/png" in o.get("data", {}) for o in cell.outputs)
-        if caption and has_png:
-            self.figures += 1
-            if section is not None:
-                caption = learner.convert_markdown(caption, self.chapter)
-                section.items.append(("figure", self.figures, caption, figure_png(cell)))
+        number = self.figures.get(id(cell))
+        if number and section is not None:
+            caption = cell.metadata["mystnb"]["figure"]["caption"]
+            caption = learner.convert_markdown(caption, self.chapter)
+            section.items.append(("figure", number, caption, figure_png(cell)))
         if SLIDE_TAG in cell.metadata.get("tags", []) and section is not None:
             section.items.append(("code", cell.source, printed_output(cell)))
 
@@ -354,8 +354,6 @@ def copy_assets(out):
     shutil.copy2(STYLE, out / "slides.css")
     mathjax = out.parent / "_static" / "mathjax"
     if not (mathjax / "tex-chtml.js").is_file():
-        import importlib.util
-
         spec = importlib.util.find_spec("sphinx-mathjax-offline")
         shutil.copytree(pathlib.Path(spec.origin).parent / "static" / "mathjax", mathjax)
 
