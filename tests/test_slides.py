@@ -16,7 +16,7 @@ from bs4 import BeautifulSoup
 from test_site_controls import axe_violations
 
 from helpers.browser import open_page, screenshot
-from tools import CHAPTERS, exercises, slides
+from tools import CHAPTERS, concepts, exercises, slides
 
 DECKS = [pytest.param(path, id=path.name[:2]) for path in CHAPTERS]
 
@@ -91,7 +91,53 @@ def test_the_summary_and_the_exercises_close_every_deck():
         assert sections[-1].find("h2").get_text() == "Exercises", path.name
         points = len(exercises.exercises(nbformat.read(path, as_version=4)))
         assert len(sections[-1].select("li")) == points, path.name
-        assert "summary" in sections[-2]["class"], path.name
+        checks = len(concepts.load(int(path.name[:2])))
+        assert all("concept" in s["class"] for s in sections[-1 - checks : -1]), path.name
+        assert "summary" in sections[-2 - checks]["class"], path.name
+
+
+@pytest.mark.parametrize("path", DECKS)
+def test_each_concept_check_has_a_slide_with_its_answer_in_the_notes(path):
+    """For the room: the question and its options on the slide, the answer in the notes."""
+    shown = written_deck(path).select("section.concept")
+    questions = concepts.load(int(path.name[:2]))
+    assert len(shown) == len(questions) >= 6, path.name
+    for slide, question in zip(shown, questions):
+        assert slide.select_one(".prompt").get_text() == question.prompt
+        options = [li.get_text() for li in slide.select("li")]
+        assert options == list(question.options), (path.name, question.id)
+        notes = slide.select_one("aside.notes").get_text()
+        assert notes.startswith(f"Answer: {question.shown_answer}. "), (path.name, notes)
+        assert question.explanation in notes
+
+
+NOTES_WORDS = 160  # what a lecturer can glance at: about a minute of speech
+
+
+@pytest.mark.parametrize("path", DECKS)
+def test_every_slide_has_short_notes_of_its_own(path):
+    """Each slide after the title has speaker notes, short, and not the next slide's: a
+    section's prose is not pasted whole, nor repeated on the slides it is split across."""
+    sections = written_deck(path).select("section")[1:]
+    notes = [s.select_one("aside.notes") for s in sections]
+    assert all(notes), [s.get_text()[:60] for s, n in zip(sections, notes) if not n]
+    texts = [n.get_text(" ") for n in notes]
+    for text in texts:
+        assert 3 <= len(text.split()) <= NOTES_WORDS, (path.name, text[:200])
+    for one, other, section in zip(texts, texts[1:], sections[1:]):
+        assert one != other, (path.name, section.get_text()[:80])
+    # a figure's notes begin with its caption's words; the figure slide has its heading
+    for section in written_deck(path).select("section.figure"):
+        assert section.find("h3"), path.name
+        caption = section.select_one("figcaption").get_text(" ").split(". ", 1)[1]
+        notes = section.select_one("aside.notes").get_text()
+        shown, said = letters(caption), letters(notes)  # the slide cuts a long caption short
+        assert said.startswith(shown[:30]) and len(shown) >= 10, (path.name, notes, caption)
+
+
+def letters(text):
+    """The words of a text, without its maths and markup."""
+    return re.sub(r"[^a-z]", "", re.sub(r"\\\(.*?\\\)|\$[^$]*\$", "", text.lower()))
 
 
 # ---------------------------------------------------------------------------- in a browser

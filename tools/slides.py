@@ -12,8 +12,14 @@ nothing comes from a CDN). Nothing is typed for the slides; they follow the chap
   its heading and its displayed equations, or, where it has none, its first paragraph; then a
   slide for each figure the section draws, with its number and caption as on the website, and
   one for each code cell tagged `slide` in the notebook (the few that carry the idea), with what
-  it prints; the section's prose is the speaker notes (press S);
-- the chapter's summary, and its exercises with their difficulty and points.
+  it prints;
+- the chapter's summary, a slide for each of its concept checks (to ask the room), and its
+  exercises with their difficulty and points.
+
+The speaker notes (press S) are short, and each slide has its own: the sentences that lead up
+to a slide's equations, the rest of a section's opening, a figure's caption, the paragraph
+before a code cell, a concept check's answer and explanation, and each exercise's kind and
+points.
 
 Press F for full screen, Esc for the overview, S for the speaker view with the notes.
 """
@@ -31,7 +37,7 @@ import nbformat
 from markdown_it import MarkdownIt
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 
-from tools import CHAPTERS, ROOT, exercises, learner, release
+from tools import CHAPTERS, ROOT, concepts, exercises, learner, release
 
 REVEAL = ROOT / "vendor" / "reveal.js"
 STYLE = ROOT / "templates" / "slides.css"
@@ -92,6 +98,7 @@ def first_paragraph(markdown):
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
 SHORT = 300  # characters of prose on a slide without equations
+NOTES = 600  # characters of speaker notes on one slide (about 100 words)
 
 
 def opening_sentences(markdown, limit=SHORT):
@@ -103,6 +110,38 @@ def opening_sentences(markdown, limit=SHORT):
             break
         kept.append(sentence)
     return " ".join(kept)
+
+
+def last_sentences(markdown, limit=SHORT):
+    """The last sentences of a text, as many as fit in `limit` characters (at least one)."""
+    sentences = SENTENCE_END.split(markdown.strip())
+    kept = sentences[-1:]
+    for sentence in reversed(sentences[:-1]):
+        if len(" ".join([sentence, *kept])) > limit:
+            break
+        kept.insert(0, sentence)
+    return " ".join(kept)
+
+
+def paragraphs(markdown):
+    """The prose paragraphs of a text (no headings, lists, tables or displayed maths)."""
+    text = DISPLAY_MATH.sub("\n\n", markdown)
+    return [
+        p.strip()
+        for p in text.split("\n\n")
+        if p.strip() and not re.match(r"\s*(#|- |\d+\. |\||```|:::|<)", p)
+    ]
+
+
+def notes_text(markdown, limit=NOTES):
+    """Speaker notes from prose: cut at a sentence end to `limit` characters."""
+    return plain_text(opening_sentences(markdown, limit)) if markdown.strip() else ""
+
+
+def lead_in_note(lead):
+    """A lead-in as a line of the notes, "…" where the equation completes its sentence."""
+    note = notes_text(lead, NOTES // MAX_EQUATIONS)
+    return note if not note or note.endswith((".", ":", "?", "!")) else f"{note} …"
 
 
 def list_items(markdown):
@@ -122,14 +161,46 @@ def list_items(markdown):
 class Section:
     """One heading of the lecture and what its slides show."""
 
-    def __init__(self, heading):
-        self.heading = heading
+    def __init__(self, heading, level=2):
+        self.heading, self.level = heading, level  # level 2 for ##, 3 for ###
+        self.parts = []  # a ## section's ### sections (its notes where it has no prose)
         self.prose = []  # the section's Markdown, as the learner edition writes it
-        self.items = []  # ("figure", number, caption, png) or ("code", source, output)
+        # ("figure", number, caption, png) or ("code", source, output, the paragraph before it)
+        self.items = []
 
     @property
     def equations(self):
         return [m[0] for text in self.prose for m in DISPLAY_MATH.finditer(text)]
+
+    @property
+    def lead_ins(self):
+        """For each displayed equation, the sentences just before it (what leads up to it)."""
+        leads = []
+        for text in self.prose:
+            for match in DISPLAY_MATH.finditer(text):
+                before = paragraphs(text[: match.start()])
+                after = paragraphs(text[match.end() :])  # where nothing leads up to it
+                if before:
+                    leads.append(last_sentences(before[-1], NOTES // 2))
+                else:
+                    leads.append(opening_sentences(after[0], NOTES // 2) if after else "")
+        return leads
+
+    def opening_notes(self):
+        """What the slide of a section without equations leaves unsaid: the rest of its first
+        paragraph, then the first sentence of each later one."""
+        text = "\n\n".join(self.prose)
+        # the paragraphs, or where the section is a list, the first sentence of each item
+        items = [opening_sentences(item[2:], 0) for item in list_items(text)]
+        prose = paragraphs(text) or ([" ".join(items)] if items else [])
+        if not prose:  # a heading over its parts, each on the slides that follow
+            return plain_text("In this part: " + "; ".join(self.parts) + ".") if self.parts else ""
+        # a paragraph that leads up to a code cell is that code slide's notes, not these
+        leads = {item[3] for item in self.items if item[0] == "code"}
+        later = [p for p in prose[1:] if last_sentences(p, NOTES) not in leads]
+        shown = opening_sentences(prose[0])
+        rest = [prose[0][len(shown) :].strip()] + [opening_sentences(p, 0) for p in later]
+        return notes_text(" ".join(r for r in rest if r) or prose[0])
 
 
 def printed_output(cell):
@@ -188,8 +259,11 @@ class Lecture:
         if section is not None and pieces[0].strip():
             section.prose.append(pieces[0])
         for k in range(1, len(pieces), 3):
-            section = Section(pieces[k + 1].strip())
+            section = Section(pieces[k + 1].strip(), len(pieces[k]))
             section.prose.append(pieces[k + 2])
+            parent = next((s for s in reversed(self.sections) if s.level == 2), None)
+            if section.level == 3 and parent is not None:
+                parent.parts.append(section.heading)
             self.sections.append(section)
         return section
 
@@ -200,7 +274,9 @@ class Lecture:
             caption = learner.convert_markdown(caption, self.chapter)
             section.items.append(("figure", number, caption, figure_png(cell)))
         if SLIDE_TAG in cell.metadata.get("tags", []) and section is not None:
-            section.items.append(("code", cell.source, printed_output(cell)))
+            before = paragraphs(section.prose[-1]) if section.prose else []
+            lead = last_sentences(before[-1], NOTES) if before else ""
+            section.items.append(("code", cell.source, printed_output(cell), lead))
 
     def exercise_lines(self):
         return [
@@ -221,16 +297,22 @@ def slide(body, notes="", classes=""):
 
 def section_slides(lecture, section, images):
     """The slides of one section: its heading with its equations, its figures, its code."""
-    notes = plain_text("\n\n".join(section.prose))
     heading = render(f"## {section.heading}")
+    subheading = render(f"### {section.heading}")
     equations = section.equations
-    if equations:  # a slide for each group of displayed equations
+    if equations:  # a slide for each group of displayed equations, with their lead-ins
         groups = range(0, len(equations), MAX_EQUATIONS)
         bodies = ["\n".join(map(render, equations[k : k + MAX_EQUATIONS])) for k in groups]
+        leads = section.lead_ins
+        notes = ["<br>".join(map(lead_in_note, leads[k : k + MAX_EQUATIONS])) for k in groups]
     else:  # or one with the section's opening sentences
         bodies = [render(opening_sentences(first_paragraph("\n\n".join(section.prose))))]
+        notes = [section.opening_notes()]
     kind = "equations" if equations else ""
-    slides = [slide(heading + body, notes, kind) for body in bodies]
+    slides = [
+        slide((heading if k == 0 else subheading) + body, note, kind)
+        for k, (body, note) in enumerate(zip(bodies, notes))
+    ]
     for item in section.items:
         if item[0] == "figure":
             _, number, caption, png = item
@@ -242,13 +324,13 @@ def section_slides(lecture, section, images):
                 f"<figcaption>{render(f'{label}. {opening_sentences(caption, 160)}')}"
                 "</figcaption></figure>"
             )
-            slides.append(slide(figure, plain_text(caption) + "\n\n" + notes, "figure"))
+            slides.append(slide(subheading + figure, notes_text(caption), "figure"))
         else:
-            _, source, output = item
+            _, source, output, lead = item
             code = f"<pre><code class='python' tabindex='0'>{html.escape(source)}</code></pre>"
             if output:
                 code += f"<pre class='output'>{html.escape(output)}</pre>"
-            slides.append(slide(render(f"### {section.heading}") + code, notes, "code"))
+            slides.append(slide(subheading + code, notes_text(lead), "code"))
     return slides
 
 
@@ -260,9 +342,60 @@ def summary_slides(lecture):
         if groups[-1] and full:
             groups.append([])
         groups[-1].append(bullet)
+    checks = len(concepts.load(lecture.number)) if lecture.number in CONCEPT_CHAPTERS else 0
+    notes = (
+        f"What the chapter leaves behind. The {checks} concept checks that follow test it: "
+        "ask the room, then reveal the answer, which these notes give."
+        if checks
+        else "What the chapter leaves behind."
+    )
+    later = "The summary, continued ({} of {})" + (
+        ": the concept checks follow." if checks else "."
+    )
     return [
-        slide(render("## Summary\n\n" + "\n".join(group)), classes="summary") for group in groups
+        slide(
+            render("## Summary\n\n" + "\n".join(group)),
+            later.format(k + 1, len(groups)) if k else notes,
+            "summary",
+        )
+        for k, group in enumerate(groups)
     ]
+
+
+CONCEPT_CHAPTERS = {int(path.stem[2:]) for path in concepts.chapter_files()}
+
+
+def concept_slides(lecture):
+    """One slide for each of the chapter's concept checks: the question and its options on the
+    slide, the answer and its explanation in the notes."""
+    if lecture.number not in CONCEPT_CHAPTERS:
+        return []
+    slides = []
+    for q in concepts.load(lecture.number):
+        body = f"<p class='kicker'>Concept check {lecture.number}.{q.number}</p>"
+        body += f"<p class='prompt'>{html.escape(q.prompt)}</p>"
+        if q.kind in ("choice", "order"):
+            tag = "ol type='A'" if q.kind == "choice" else "ul"
+            options = "".join(f"<li>{html.escape(option)}</li>" for option in q.options)
+            body += f"<{tag}>{options}</{tag.split()[0]}>"
+        if q.kind == "order":
+            body += "<p class='hint'>Put these steps in order.</p>"
+        notes = html.escape(f"Answer: {q.shown_answer}. {q.explanation}")
+        slides.append(slide(body, notes, "concept"))
+    return slides
+
+
+def exercise_notes(lecture):
+    """Each exercise's kind and points (its rubric stays with the model answer: the classroom
+    edition's decks are these, and show no rubric)."""
+    lines = []
+    for k, exercise in enumerate(exercises.exercises(lecture.notebook), 1):
+        kind = "self-checked code" if exercise.is_coding else "written, graded with its rubric"
+        if exercise.is_coding and exercise.written_points:
+            kind += f" and a written part ({exercise.written_points:g} points by its rubric)"
+        points = exercises.total_points(exercise.record)
+        lines.append(html.escape(f"{lecture.number}.{k}: {kind}; {points:g} points."))
+    return "<br>".join(lines)
 
 
 def exercise_slide(lecture):
@@ -271,6 +404,7 @@ def exercise_slide(lecture):
     page = f"../chapters/{lecture.path.stem}.html"
     return slide(
         render(f"## Exercises\n\n{items}\n\nThey are at the end of [the chapter]({page})."),
+        exercise_notes(lecture),
         classes="exercises",
     )
 
@@ -290,7 +424,7 @@ def deck_slides(path, images):
     slides = [title]
     for section in lecture.sections:
         slides.extend(section_slides(lecture, section, images))
-    slides += [*summary_slides(lecture), exercise_slide(lecture)]
+    slides += [*summary_slides(lecture), *concept_slides(lecture), exercise_slide(lecture)]
     return lecture, slides
 
 
