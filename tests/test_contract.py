@@ -1188,6 +1188,37 @@ REGISTRY = {
             "initial": INDEX,
         },
     ),
+    "attention_course.widgets.head_explorer": Case(
+        lambda: (
+            closing_figures(widgets.head_explorer),
+            dict(
+                tokens=[["a", "b", "c"], ["d", "e"]],
+                weights=[torch.softmax(randn(2, 2, 3, 3, seed=s), -1) for s in (0, 1)],
+                marks={(1, 0): "sink"},
+            ),
+        ),
+        {
+            "tokens": [
+                Bad("a string", constant("abc"), TypeError),
+                Bad("numbers", constant([[1, 2]]), TypeError),
+                Bad("an empty prompt", constant([["a"], []]), ValueError),
+                Bad("too many prompts", constant([["a"], ["b"], ["c"]]), ValueError),
+            ],
+            "weights": [
+                Bad("one tensor", lambda v: v[0], TypeError),
+                Bad("empty", constant([]), TypeError),
+                Bad("ints", lambda v: [w.long() for w in v], ValueError),
+                Bad("3-D", lambda v: [w[0] for w in v], ValueError),
+                Bad("shapes disagree", lambda v: [v[0], v[1][:, :1]], ValueError),
+            ],
+            "marks": [
+                Bad("a list", constant([(0, 0)]), TypeError),
+                Bad("a layer out of range", constant({(5, 0): "x"}), ValueError),
+                Bad("a head out of range", constant({(0, 7): "x"}), ValueError),
+                Bad("a label not a str", constant({(0, 0): 3}), TypeError),
+            ],
+        },
+    ),
     # pretrained.heads
     "attention_course.pretrained.heads.attention_layers": Case(
         lambda: (heads.attention_layers, dict(model=tiny_decoder())), {"model": INSTANCE}

@@ -337,7 +337,102 @@
     return [update, [input]];
   }
 
-  const KINDS = {bandwidth, temperature, tiles, decay};
+  // ------------------------------------------------------- chapters 13-14: a model's heads
+
+  // A token as shown: newlines and a leading space made visible, the whole in its title.
+  function tokenText(token) {
+    const text = token.replace(/\n/g, "⏎").replace(/^ /, "·");
+    return text.trim() === "" ? "␣" : text;
+  }
+
+  function heads(root, live, data, uid) {
+    const {prompts, marks} = data;
+    const nLayers = prompts[0].weights.length, nHeads = prompts[0].weights[0].length;
+    const label = (layer, head) => {
+      const mark = marks.find(([l, h]) => l === layer && h === head);
+      return `head ${layer}.${head}` + (mark ? ` (${mark[2]})` : "");
+    };
+    const menu = (id, name, options) => {
+      const select = el("select", {id});
+      options.forEach(([value, text]) => select.append(el("option", {value}, text)));
+      live.append(el("div", {class: "cw-control"}, el("label", {for: id}, name), select));
+      return select;
+    };
+    // BERT's word pieces read with spaces between them; byte-level tokens carry their own
+    const joined = (t) => t.join(t.some((x) => x.startsWith(" ")) ? "" : " ");
+    const prompt = menu(`${uid}-prompt`, "prompt", prompts.map((p, k) => [k,
+      `${k + 1}: ${joined(p.tokens).replace(/\s+/g, " ").trim().slice(0, 40)}…`]));
+    const layer = menu(`${uid}-layer`, "layer",
+      Array.from({length: nLayers}, (_, l) => [l, `layer ${l}`]));
+    const head = el("select", {id: `${uid}-head`});
+    live.append(el("div", {class: "cw-control"}, el("label", {for: `${uid}-head`}, "head"), head));
+    if (marks.length) {
+      const named = el("p", {class: "cw-axis-note"}, "Heads the chapter names: ");
+      marks.forEach(([l, h, text], k) => {
+        const jump = el("button", {type: "button", class: "cw-jump"}, `${l}.${h} ${text}`);
+        jump.addEventListener("click", () => { layer.value = l; fillHeads(); head.value = h; draw(); });
+        named.append(k ? " " : "", jump);
+      });
+      live.append(named);
+    }
+    const shown = readout(live, [["query", "query token:"], ["top", "strongest key:"],
+      ["top_weight", "weight"]]);
+    live.append(el("p", {class: "cw-axis-note"}, "Queries (point at one, or Tab to it):"));
+    const queryRow = el("div", {class: "cw-tokens", role: "group", "aria-label": "query tokens"});
+    live.append(queryRow);
+    live.append(el("p", {class: "cw-axis-note"}, "Its weight on each key:"));
+    const keyRow = el("div", {class: "cw-tokens cw-keys"});
+    live.append(keyRow);
+    let query = 0;
+    layer.value = data.initial[0];
+    function fillHeads() {
+      const keep = head.value;
+      head.replaceChildren(...Array.from({length: nHeads}, (_, h) =>
+        el("option", {value: h}, label(Number(layer.value), h))));
+      if (keep !== "") head.value = keep;
+    }
+    fillHeads();
+    head.value = data.initial[1];
+    function tokensOf() { return prompts[Number(prompt.value)].tokens; }
+    function buildTokens() {
+      const tokens = tokensOf();
+      query = Math.min(query, tokens.length - 1);
+      queryRow.replaceChildren(...tokens.map((t, i) => {
+        const b = el("button", {type: "button", class: "cw-token", title: t,
+          "data-query": i}, tokenText(t));
+        const pick = () => { query = i; draw(); };
+        b.addEventListener("focus", pick);
+        b.addEventListener("mouseenter", pick);
+        b.addEventListener("click", pick);
+        return b;
+      }));
+      keyRow.replaceChildren(...tokens.map((t, j) => el("span", {class: "cw-key", title: t},
+        el("span", {class: "cw-key-text"}, tokenText(t)),
+        el("span", {class: "cw-bar"}), el("span", {"data-value": `k${j}`}))));
+    }
+    function draw() {
+      const tokens = tokensOf();
+      const w = prompts[Number(prompt.value)].weights[Number(layer.value)][Number(head.value)];
+      const row = w[query].map((v) => v / 100);
+      queryRow.querySelectorAll(".cw-token").forEach((b, i) =>
+        b.setAttribute("aria-pressed", i === query ? "true" : "false"));
+      keyRow.querySelectorAll(".cw-key").forEach((k, j) => {
+        k.querySelector(".cw-bar").style.width = `${row[j] * 100}%`;
+        k.querySelector("[data-value]").textContent = fmt(row[j], 2);
+      });
+      const top = row.indexOf(Math.max(...row));
+      shown.query.textContent = `${query + 1} “${tokenText(tokens[query])}”`;
+      shown.top.textContent = `${top + 1} “${tokenText(tokens[top])}”`;
+      shown.top_weight.textContent = fmt(row[top], 2);
+    }
+    prompt.addEventListener("change", () => { buildTokens(); draw(); });
+    layer.addEventListener("change", () => { fillHeads(); draw(); });
+    head.addEventListener("change", draw);
+    buildTokens();
+    return [draw, []];
+  }
+
+  const KINDS = {bandwidth, temperature, tiles, decay, heads};
 
   // Draw one figure: parse its data, build its controls, show it, hide the static picture.
   function start(root) {

@@ -337,3 +337,93 @@ def decay_explorer(query, key, gammas, initial=0):
         data,
         _png(figure),
     )
+
+
+# --------------------------------------------------------------------------- chapters 13-14
+
+
+def _check_tokens(tokens):
+    """P lists of token strings, each non-empty."""
+    if not isinstance(tokens, (list, tuple)) or not all(
+        isinstance(row, (list, tuple)) and all(isinstance(t, str) for t in row) for row in tokens
+    ):
+        raise TypeError(f"tokens must be a list of lists of str (one per prompt), got {tokens!r}")
+    if not tokens or not all(tokens):
+        raise ValueError("tokens must hold at least one prompt, each of at least one token")
+
+
+def _check_marks(marks, n_layers, n_heads):
+    """{(layer, head): label} with layer < n_layers, head < n_heads."""
+    if not isinstance(marks, dict):
+        raise TypeError(f"marks must be a dict {{(layer, head): label}}, got {type(marks)}")
+    for key, label in marks.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and isinstance(label, str)):
+            raise TypeError(f"marks must map (layer, head) pairs to str, got {key!r}: {label!r}")
+        for what, index, size in (("layer", key[0], n_layers), ("head", key[1], n_heads)):
+            require_int(f"marks' {what}", index, 0)
+            if index >= size:
+                raise ValueError(f"marks: {what} {index} out of range (the model has {size})")
+
+
+def head_explorer(tokens, weights, marks=None):
+    """An attention explorer of a real model (as bertviz's head view): pick a prompt, a layer
+    and a head, point at (hover or focus) a query token and read its weight on every key.
+
+    tokens: P lists of the prompts' token strings (padding left out); weights: one tensor per
+    layer, (P, H, L, L), as the course's models return them, L at least every prompt's length;
+    marks: {(layer, head): label} of heads to name in the menus. The weights are rounded to
+    two decimals (stored as hundredths). Chapters 13-14.
+    """
+    _check_tokens(tokens)
+    if not isinstance(weights, (list, tuple)) or not weights:
+        raise TypeError(
+            f"weights must be a non-empty list of tensors (one per layer), got "
+            f"{type(weights).__name__}"
+        )
+    for w in weights:
+        require_float("weights", w, 4)
+    if len({w.shape for w in weights}) > 1:
+        raise ValueError(
+            f"weights must share one shape, got {sorted({shape_of(w) for w in weights})}"
+        )
+    n_prompts, n_heads, length, _ = weights[0].shape
+    if n_prompts != len(tokens) or max(map(len, tokens)) > length:
+        raise ValueError(
+            f"weights {shape_of(weights[0])} per layer do not fit tokens of {len(tokens)} prompts "
+            f"of lengths {[len(t) for t in tokens]}"
+        )
+    marks = {} if marks is None else marks
+    _check_marks(marks, len(weights), n_heads)
+    hundredths = (torch.stack(weights).detach().cpu().double() * 100).round().long()
+    prompts = [
+        {"tokens": list(row), "weights": hundredths[:, p, :, : len(row), : len(row)].tolist()}
+        for p, row in enumerate(tokens)
+    ]
+    first = min(marks) if marks else (0, 0)
+    data = {
+        "prompts": prompts,
+        "marks": [[layer, head, label] for (layer, head), label in sorted(marks.items())],
+        "initial": list(first),
+    }
+    row = list(tokens[0])
+    figure, ax = _figure(width=5.5, height=5.0)
+    ax.imshow(
+        hundredths[first[0], 0, first[1], : len(row), : len(row)] / 100,
+        cmap="viridis",
+        vmin=0,
+        vmax=1,
+    )
+    ax.set_xticks(range(len(row)), row, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(row)), row, fontsize=7)
+    label = marks.get(first, "")
+    ax.set(title=f"head {first[0]}.{first[1]} {label}".strip(), xlabel="key", ylabel="query")
+    return Widget(
+        "heads",
+        "Attention explorer: pick a layer and a head, point at a token",
+        "Each query token's attention weights (rounded to 0.01) on the keys, for the head "
+        "chosen; the heads the chapter names are marked in the head menu. Point at a query "
+        "token (or focus it with Tab) to show its weights.",
+        f"The weights of head {first[0]}.{first[1]} on the first prompt.",
+        data,
+        _png(figure),
+    )
