@@ -52,6 +52,7 @@ from attention_course import (
     sparse,
     tiled,
     triton_flash,
+    widgets,
 )
 from attention_course.pretrained import circuits, heads, minilm, smollm2
 from helpers.qwen3_next import small_qwen3_next_config
@@ -131,6 +132,8 @@ COUNT = [
     Bad("negative", constant(-1), ValueError),
 ]
 COUNT_OR_ZERO = [bad for bad in COUNT if bad.label != "zero"]
+# a position on a figure's slider: 0 ... (number of positions - 1)
+INDEX = COUNT_OR_ZERO + [Bad("past the end", constant(10**6), ValueError)]
 DIM = [
     Bad("a string", constant("-1"), TypeError),
     Bad("a float", constant(1.0), TypeError),
@@ -1121,6 +1124,101 @@ REGISTRY = {
         },
         PLOT_OPTIONS,
     ),
+    # widgets: the figures a reader moves
+    "attention_course.widgets.bandwidth_explorer": Case(
+        lambda: (
+            closing_figures(widgets.bandwidth_explorer),
+            dict(
+                queries=torch.linspace(0, 1, 5),
+                keys=randn(6),
+                values=randn(6, seed=1),
+                bandwidths=[0.1, 0.5],
+                initial=1,
+                probe=2,
+            ),
+        ),
+        {
+            "queries": MATCHED,
+            "keys": MATCHED,
+            "values": MATCHED + [Bad("too short", lambda v: v[:3], ValueError)],
+            "bandwidths": BANDWIDTHS,
+            "initial": INDEX,
+            "probe": INDEX,
+        },
+    ),
+    "attention_course.widgets.temperature_explorer": Case(
+        lambda: (
+            closing_figures(widgets.temperature_explorer),
+            dict(scores=randn(4), scales=[0.5, 1.0], initial=0, labels=["a", "b", "c", "d"]),
+        ),
+        {
+            "scores": FLOAT,
+            "scales": BANDWIDTHS,
+            "initial": INDEX,
+            "labels": [
+                Bad("a number", constant(3), TypeError),
+                Bad("numbers", constant([1, 2, 3, 4]), TypeError),
+                Bad("too few", constant(["a"]), ValueError),
+            ],
+        },
+    ),
+    "attention_course.widgets.tile_stepper": Case(
+        lambda: (
+            closing_figures(widgets.tile_stepper),
+            dict(
+                query=randn(3, 4), key=randn(5, 4, seed=1), value=randn(5, 2, seed=2), block_size=2
+            ),
+        ),
+        {
+            "query": MATCHED + [Bad("another d", lambda v: v[:, :3], ValueError)],
+            "key": MATCHED + [Bad("another n_k", lambda v: v[:4], ValueError)],
+            "value": MATCHED + [Bad("another n_k", lambda v: v[:4], ValueError)],
+            "block_size": COUNT,
+        },
+    ),
+    "attention_course.widgets.decay_explorer": Case(
+        lambda: (
+            closing_figures(widgets.decay_explorer),
+            dict(query=randn(5, 3), key=randn(5, 3, seed=1), gammas=[0.5, 1.0], initial=1),
+        ),
+        {
+            "query": MATCHED + [Bad("another n", lambda v: v[:4], ValueError)],
+            "key": MATCHED + [Bad("another n", lambda v: v[:4], ValueError)],
+            "gammas": BANDWIDTHS + [Bad("above one", constant([0.5, 1.5]), ValueError)],
+            "initial": INDEX,
+        },
+    ),
+    "attention_course.widgets.head_explorer": Case(
+        lambda: (
+            closing_figures(widgets.head_explorer),
+            dict(
+                tokens=[["a", "b", "c"], ["d", "e"]],
+                weights=[torch.softmax(randn(2, 2, 3, 3, seed=s), -1) for s in (0, 1)],
+                marks={(1, 0): "sink"},
+            ),
+        ),
+        {
+            "tokens": [
+                Bad("a string", constant("abc"), TypeError),
+                Bad("numbers", constant([[1, 2]]), TypeError),
+                Bad("an empty prompt", constant([["a"], []]), ValueError),
+                Bad("too many prompts", constant([["a"], ["b"], ["c"]]), ValueError),
+            ],
+            "weights": [
+                Bad("one tensor", lambda v: v[0], TypeError),
+                Bad("empty", constant([]), TypeError),
+                Bad("ints", lambda v: [w.long() for w in v], ValueError),
+                Bad("3-D", lambda v: [w[0] for w in v], ValueError),
+                Bad("shapes disagree", lambda v: [v[0], v[1][:, :1]], ValueError),
+            ],
+            "marks": [
+                Bad("a list", constant([(0, 0)]), TypeError),
+                Bad("a layer out of range", constant({(5, 0): "x"}), ValueError),
+                Bad("a head out of range", constant({(0, 7): "x"}), ValueError),
+                Bad("a label not a str", constant({(0, 0): 3}), TypeError),
+            ],
+        },
+    ),
     # pretrained.heads
     "attention_course.pretrained.heads.attention_layers": Case(
         lambda: (heads.attention_layers, dict(model=tiny_decoder())), {"model": INSTANCE}
@@ -1837,6 +1935,8 @@ LOADER = (
     "test_smollm2)"
 )
 EXEMPT = {
+    "attention_course.widgets.Widget": "the record that the widget functions fill and a "
+    "notebook shows (tests/test_widgets.py)",
     "attention_course.runtime": "require installs libraries; tests/test_runtime.py checks its "
     "version arguments and each message",
     "attention_course.checks": "checks take the learner's function (any callable) and report "

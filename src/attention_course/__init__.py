@@ -34,6 +34,7 @@ from . import (
     sparse,
     tiled,
     triton_flash,
+    widgets,
 )
 from .attention import AdditiveAttention, attention_entropy, scaled_dot_product_attention
 from .config import DecoderConfig
@@ -170,4 +171,5 @@ __all__ = [
     "triton_flash_attention",
     "top_k_mask",
     "valid_lens_mask",
+    "widgets",
 ]
