@@ -1096,6 +1096,16 @@ REGISTRY = {
         lambda: (closing_figures(diagrams.draw_decoder_block), dict(config=tiny_decoder_config())),
         {"config": INSTANCE},
     ),
+    "attention_course.diagrams.draw_rotary_pairs": Case(
+        lambda: (closing_figures(diagrams.draw_rotary_pairs), dict(head_dim=6)),
+        {
+            "head_dim": COUNT
+            + [
+                Bad("odd", constant(5), ValueError),
+                Bad("too many to draw", constant(34), ValueError),
+            ]
+        },
+    ),
     "attention_course.diagrams.draw_tiled_scores": Case(
         lambda: (
             closing_figures(diagrams.draw_tiled_scores),

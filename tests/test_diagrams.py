@@ -18,6 +18,7 @@ from attention_course import (
     draw_encoder_decoder,
     draw_latent_attention,
     draw_linear_recurrence,
+    draw_rotary_pairs,
     draw_tiled_scores,
 )
 
@@ -199,6 +200,27 @@ def test_a_layer_without_a_query_latent_draws_w_q():
     assert "$W_Q$" in drawn and "c^Q" not in drawn and "$W_{UQ}$" not in drawn
 
 
+# ------------------------------------------------------------------------- RoPE's pairs
+
+
+def arc_ends(arc):
+    x, _ = arc.center
+    return (round(x - arc.width / 2), round(x + arc.width / 2))
+
+
+@pytest.mark.parametrize("head_dim", [2, 8, 32])
+def test_the_two_pairings_join_the_right_dimensions(head_dim):
+    fig = draw_rotary_pairs(head_dim)
+    arcs = with_gid(fig, "pair")
+    half = head_dim // 2
+    assert len(arcs) == head_dim  # head_dim / 2 pairs in each pairing
+    assert [arc_ends(a) for a in arcs[:half]] == [(i, i + half) for i in range(half)]
+    assert [arc_ends(a) for a in arcs[half:]] == [(2 * i, 2 * i + 1) for i in range(half)]
+    drawn = texts(fig)
+    assert drawn.count(f"$\\theta_{{{half - 1}}}$") == 2  # the same frequency in both
+    assert [t for t in drawn if t.isdigit()] == [str(j) for j in range(head_dim)] * 2
+
+
 # --------------------------------------------------------------------------- door checks
 
 
@@ -217,6 +239,7 @@ def test_a_layer_without_a_query_latent_draws_w_q():
         (lambda: draw_encoder_decoder(["3", "1"], ["d"], 1, [1.0]), ValueError, "weights"),
         (lambda: draw_encoder_decoder(["3", "1"], ["d"], 1, [0.9, 0.9]), ValueError, "weights"),
         (lambda: draw_latent_attention(torch.nn.Linear(2, 2)), TypeError, "layer"),
+        (lambda: draw_rotary_pairs(7), ValueError, "head_dim"),
     ],
 )
 def test_bad_arguments_are_named(call, error, names):

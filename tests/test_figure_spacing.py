@@ -27,7 +27,7 @@ MEASURE = """([selector, smallest]) => {
   const article = document.querySelector('article.bd-article');
   const title = article.querySelector('h1');
   const summary = [...article.querySelectorAll('section > h2')].find(
-    h => h.textContent.replace(/#$/, '').trim() === 'Summary');
+    h => h.textContent.replace(/#$/, '').replace(/^[\d.\s]+/, '').trim() === 'Summary');
   const top = e => e.getBoundingClientRect().top + window.scrollY;
   if (!title || !summary) return null;
   const start = top(title), end = top(summary.parentElement);
@@ -105,7 +105,7 @@ PAGE = """<html><body><article class="bd-article">
 <figcaption style="height:50px">caption</figcaption></figure>
 <p style="margin:0;height:40px">an inline <svg width="16" height="16"></svg> icon</p>
 <div style="height:4000px"></div>
-<section><h2 style="margin:0">Summary</h2><p>...</p><img style="width:300px;height:300px" alt="c"></section>
+<section><h2 style="margin:0"><span>1.8. </span>Summary<a>#</a></h2><p>...</p><img style="width:300px;height:300px" alt="c"></section>
 </article></body></html>"""
 
 

@@ -54,6 +54,7 @@ from .diagrams import (
     draw_encoder_decoder,
     draw_latent_attention,
     draw_linear_recurrence,
+    draw_rotary_pairs,
     draw_tiled_scores,
 )
 from .latent import LatentCache, MultiHeadLatentAttention, latent_cache_bytes
@@ -132,6 +133,7 @@ __all__ = [
     "draw_encoder_decoder",
     "draw_latent_attention",
     "draw_linear_recurrence",
+    "draw_rotary_pairs",
     "draw_tiled_scores",
     "dot_product_scores",
     "flash_attention",

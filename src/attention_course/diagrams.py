@@ -1,5 +1,5 @@
 """Diagrams drawn in code: the parts of a model or an algorithm, and what flows between them
-(chapters 6, 11, 12, 14, 15 and 16).
+(chapters 6, 10, 11, 12, 14, 15 and 16).
 
 The colours are `plotting`'s Okabe–Ito palette, as light tints behind black text, so that every
 label reads in grey and in print; a box's border says what the tint says (dashed: cached).
@@ -14,12 +14,12 @@ import math
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.colors import to_rgb
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Arc, Rectangle
 
 from ._shapes import require_instance, require_int, require_rank, shape_of, type_name
 from .config import DecoderConfig
 from .latent import MultiHeadLatentAttention
-from .plotting import OKABE_ITO
+from .plotting import LINE_STYLES, OKABE_ITO
 
 BLUE, ORANGE, GREEN, PINK, YELLOW, SKY = OKABE_ITO[:6]
 EDGE = "0.25"
@@ -503,4 +503,66 @@ def draw_latent_attention(layer):
         fontsize=8.5,
         colour="#A04000",
     )
+    return fig
+
+
+def draw_rotary_pairs(head_dim):
+    """Which dimensions of a head RoPE rotates together, in its two pairings: half-split
+    (Llama in `transformers`, the course's `apply_rotary`: dimension i with i + head_dim/2)
+    and interleaved (Su et al.'s complex form, Meta's and GGUF's weights: 2i with 2i + 1);
+    pair i turns at the frequency theta_i in both. Returns the Figure; the pairs are arcs with
+    gid "pair". Chapters 10, 14."""
+    require_int("head_dim", head_dim, 2)
+    if head_dim % 2 or head_dim > 32:
+        raise ValueError(f"head_dim must be even and at most 32 to be drawn, got {head_dim}")
+    half = head_dim // 2
+    step = min(0.32, 1.6 / half)  # the half-split arcs' heights, staggered
+    top = 1.4 + 0.28 + 0.45 + step * (half - 1) + 0.45
+    fig, ax = _canvas(
+        max(0.55 * head_dim + 1.0, 6.5), 2.4 + 0.6 * top, (-0.8, head_dim - 0.2), (-2.1, top)
+    )
+    rows = (
+        (
+            1.4,
+            "half-split (the course, Llama in transformers): $i$ with $i + d/2$",
+            1,
+            [(i, i + half) for i in range(half)],
+        ),
+        (
+            -0.9,
+            "interleaved (Su et al.'s complex form, GGUF files): $2i$ with $2i + 1$",
+            -1,
+            [(2 * i, 2 * i + 1) for i in range(half)],
+        ),
+    )
+    for y, title, side, pairs in rows:
+        for j in range(head_dim):
+            _box(ax, j, y, f"{j}", fontsize=8.5)
+        for i, (a, b) in enumerate(pairs):
+            colour = OKABE_ITO[i % len(OKABE_ITO)]
+            width, height = b - a, 0.45 + (step * i if side > 0 else 0)
+            centre = (a + b) / 2
+            ax.add_patch(
+                Arc(
+                    (centre, y + side * 0.28),
+                    width,
+                    2 * height,
+                    theta1=0 if side > 0 else 180,
+                    theta2=180 if side > 0 else 360,
+                    color=colour,
+                    linewidth=1.6,
+                    linestyle=LINE_STYLES[i % len(LINE_STYLES)],
+                    gid="pair",
+                )
+            )
+            _note(
+                ax,
+                centre,
+                y + side * (0.28 + height + 0.15),
+                f"$\\theta_{{{i}}}$",
+                fontsize=8.5,
+                colour=colour if colour != OKABE_ITO[6] else "0.3",
+                bbox=dict(boxstyle="round,pad=0.05", facecolor="white", edgecolor="none"),
+            )
+        _note(ax, (head_dim - 1) / 2, y + side * (-0.55), title, fontsize=9)
     return fig
