@@ -36,6 +36,7 @@ from attention_course import (
     data,
     decoding,
     deltanet,
+    diagrams,
     latent,
     linear,
     masking,
@@ -197,6 +198,12 @@ INSTANCE = [
 CALLABLE = [Bad("a number", constant(3), TypeError)]
 MAPPING = [Bad("a list", constant([]), TypeError)]
 FLAG = [Bad("a string", constant("yes"), TypeError), Bad("None", constant(None), TypeError)]
+TOKENS = [
+    Bad("one string", constant("3 1"), TypeError),
+    Bad("empty", constant([]), ValueError),
+    Bad("numbers", constant([3, 1]), TypeError),
+    Bad("None", constant(None), TypeError),
+]
 CACHES = [
     Bad("a list of None", lambda v: [None] * len(v), TypeError),
     Bad("one cache", lambda v: v[0], TypeError),
@@ -1087,6 +1094,71 @@ REGISTRY = {
         {"x": ANY_FLOAT + [Bad("negative", lambda v: v - 10, ValueError)]},
     ),
     "attention_course.data.data_dir": Case(lambda: (data.data_dir, {}), {}),
+    # diagrams
+    "attention_course.diagrams.draw_decoder_block": Case(
+        lambda: (closing_figures(diagrams.draw_decoder_block), dict(config=tiny_decoder_config())),
+        {"config": INSTANCE},
+    ),
+    "attention_course.diagrams.draw_rotary_pairs": Case(
+        lambda: (closing_figures(diagrams.draw_rotary_pairs), dict(head_dim=6)),
+        {
+            "head_dim": COUNT
+            + [
+                Bad("odd", constant(5), ValueError),
+                Bad("too many to draw", constant(34), ValueError),
+            ]
+        },
+    ),
+    "attention_course.diagrams.draw_tiled_scores": Case(
+        lambda: (
+            closing_figures(diagrams.draw_tiled_scores),
+            dict(n_queries=10, n_keys=7, query_block=4, key_block=3, row=1),
+        ),
+        {
+            "n_queries": COUNT,
+            "n_keys": COUNT,
+            "query_block": COUNT,
+            "key_block": COUNT,
+            "row": COUNT_OR_ZERO + [Bad("past the last block", constant(3), ValueError)],
+        },
+    ),
+    "attention_course.diagrams.draw_linear_recurrence": Case(
+        lambda: (closing_figures(diagrams.draw_linear_recurrence), dict(n_tokens=3)),
+        {"n_tokens": COUNT},
+    ),
+    "attention_course.diagrams.draw_chunked_state": Case(
+        lambda: (closing_figures(diagrams.draw_chunked_state), dict(n_tokens=7, chunk_size=3)),
+        {"n_tokens": COUNT, "chunk_size": COUNT},
+    ),
+    "attention_course.diagrams.draw_encoder_decoder": Case(
+        lambda: (
+            closing_figures(diagrams.draw_encoder_decoder),
+            dict(
+                source=["3", "1"],
+                target=["d", "b", "<eos>"],
+                step=2,
+                weights=torch.tensor([0.25, 0.75]),
+            ),
+        ),
+        {
+            "source": TOKENS,
+            "target": TOKENS,
+            "step": COUNT + [Bad("past the target", constant(4), ValueError)],
+            "weights": ARRAY
+            + [
+                Bad("not summing to 1", lambda v: v * 2, ValueError),
+                Bad("one weight too many", lambda v: torch.tensor([0.5, 0.25, 0.25]), ValueError),
+                Bad("2-D", lambda v: v[None], ValueError),
+            ],
+        },
+    ),
+    "attention_course.diagrams.draw_latent_attention": Case(
+        lambda: (
+            closing_figures(diagrams.draw_latent_attention),
+            dict(layer=tiny_latent_attention()),
+        ),
+        {"layer": INSTANCE},
+    ),
     # plotting
     "attention_course.plotting.plot_attention": Case(
         lambda: (

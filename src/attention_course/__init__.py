@@ -17,6 +17,7 @@ from . import (
     data,
     decoding,
     deltanet,
+    diagrams,
     latent,
     linear,
     masking,
@@ -48,6 +49,15 @@ from .data import (
 )
 from .decoding import KVCache, TinyDecoder
 from .deltanet import DeltaNetCache, GatedDeltaNet
+from .diagrams import (
+    draw_chunked_state,
+    draw_decoder_block,
+    draw_encoder_decoder,
+    draw_latent_attention,
+    draw_linear_recurrence,
+    draw_rotary_pairs,
+    draw_tiled_scores,
+)
 from .latent import LatentCache, MultiHeadLatentAttention, latent_cache_bytes
 from .linear import delta_rule, linear_attention
 from .masking import causal_mask, decoding_mask, masked_softmax, valid_lens_mask
@@ -118,6 +128,14 @@ __all__ = [
     "decoding_mask",
     "deltanet",
     "delta_rule",
+    "diagrams",
+    "draw_chunked_state",
+    "draw_decoder_block",
+    "draw_encoder_decoder",
+    "draw_latent_attention",
+    "draw_linear_recurrence",
+    "draw_rotary_pairs",
+    "draw_tiled_scores",
     "dot_product_scores",
     "flash_attention",
     "gated_attention",

@@ -1,0 +1,247 @@
+"""The diagrams of attention_course.diagrams: each returns a Figure with its labelled parts,
+and every size written on it comes from its arguments (the door checks are walked by
+tests/test_contract.py, as for every public name)."""
+
+import math
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from attention_course import (
+    DecoderConfig,
+    MultiHeadLatentAttention,
+    TinyDecoder,
+    draw_chunked_state,
+    draw_decoder_block,
+    draw_encoder_decoder,
+    draw_latent_attention,
+    draw_linear_recurrence,
+    draw_rotary_pairs,
+    draw_tiled_scores,
+)
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def texts(fig):
+    """Every text drawn on the figure's Axes, in one string per text."""
+    return [text.get_text() for ax in fig.axes for text in ax.texts]
+
+
+def joined(fig):
+    return "\n".join(texts(fig))
+
+
+def with_gid(fig, gid):
+    return [p for ax in fig.axes for p in ax.patches if p.get_gid() == gid] + [
+        t for ax in fig.axes for t in ax.texts if t.get_gid() == gid
+    ]
+
+
+def config(**sizes):
+    base = dict(
+        vocab_size=50, embed_dim=96, num_layers=7, num_heads=4, num_kv_heads=2, hidden_dim=200
+    )
+    return DecoderConfig(**{**base, **sizes})
+
+
+# ------------------------------------------------------------------------ the decoder block
+
+
+def test_the_decoder_block_shows_its_parts():
+    fig = draw_decoder_block(config())
+    assert isinstance(fig, Figure)
+    drawn = joined(fig)
+    for part in ("RMSNorm", "RoPE", "grouped-query attention", "SiLU", "$W_Q$", "$W_K$", "$W_V$"):
+        assert part in drawn, part
+    for name in ("W_O", "W_\\mathrm{gate}", "W_\\mathrm{up}", "W_\\mathrm{down}"):
+        assert name in drawn, name
+    assert drawn.count("RMSNorm") == 2  # before attention, before the feed-forward
+    assert texts(fig).count("+") == 2  # the two residual adds
+    assert "$\\odot$" in texts(fig)  # SwiGLU's product
+
+
+def test_the_decoder_blocks_sizes_come_from_its_config():
+    fig = draw_decoder_block(config(rope_base=500000.0))
+    drawn = joined(fig)
+    assert "$96 \\to 4 \\times 24$" in drawn  # W_Q: d_model -> H x d_h
+    assert drawn.count("$96 \\to 2 \\times 24$") == 2  # W_K, W_V: H_kv heads
+    assert "$96 \\to 200$" in drawn and "$200 \\to 96$" in drawn  # SwiGLU's width
+    assert "4 query heads read 2 key–value heads" in drawn and "(2 per group)" in drawn
+    assert "× 7 blocks" in drawn and "base 500,000" in drawn
+    other = joined(draw_decoder_block(config(embed_dim=64, num_heads=8, num_kv_heads=1)))
+    assert "$64 \\to 8 \\times 8$" in other and "8 query heads read 1 key–value heads" in other
+    assert "96" not in other
+
+
+def test_the_decoder_block_reads_a_models_config():
+    model = TinyDecoder(30, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=3)
+    drawn = joined(draw_decoder_block(model.config))
+    assert f"$32 \\to {model.config.hidden_dim}$" in drawn and "× 3 blocks" in drawn
+
+
+# ------------------------------------------------------------------------------ the tiles
+
+
+@pytest.mark.parametrize(
+    "n_queries, n_keys, query_block, key_block", [(1000, 777, 250, 200), (5, 9, 5, 2), (3, 3, 8, 8)]
+)
+def test_the_tiles_cover_the_score_matrix(n_queries, n_keys, query_block, key_block):
+    fig = draw_tiled_scores(n_queries, n_keys, query_block, key_block)
+    tiles = with_gid(fig, "tile")
+    rows, cols = math.ceil(n_queries / query_block), math.ceil(n_keys / key_block)
+    assert len(tiles) == rows * cols
+    assert sum(t.get_width() * t.get_height() for t in tiles) == n_queries * n_keys
+    assert max(t.get_width() for t in tiles) == min(key_block, n_keys)
+    assert max(t.get_height() for t in tiles) == min(query_block, n_queries)
+
+
+def test_the_running_statistics_follow_the_chosen_row():
+    fig = draw_tiled_scores(1000, 777, 250, 200, row=2)
+    drawn = texts(fig)
+    assert [t for t in drawn if t.startswith("$S_")] == [f"$S_{{2{c}}}$" for c in range(4)]
+    assert sum("after $S_{2" in t for t in drawn) == 4  # (m, l, A) after each tile
+    assert "$m = -\\infty$" in joined(fig) and "$O_{2} = " in joined(fig)
+    assert "777 keys in blocks of $B_c = 200$" in drawn
+    assert "1000 queries in blocks of $B_r = 250$" in drawn
+    assert "$K_{3}, V_{3}$" in drawn and "$K_{4}, V_{4}$" not in drawn
+
+
+# -------------------------------------------------------------------- linear attention
+
+
+@pytest.mark.parametrize("n_tokens", [1, 4, 9])
+def test_the_recurrence_draws_one_state_per_token(n_tokens):
+    fig = draw_linear_recurrence(n_tokens)
+    states = with_gid(fig, "state")
+    assert len(states) == n_tokens + 1  # S_0 and one per token
+    assert states[0].get_text().startswith("$S_0 = 0$")
+    assert states[-1].get_text() == f"$S_{{{n_tokens}}}$, $z_{{{n_tokens}}}$"
+    assert f"$q_{{{n_tokens}}} \\to o_{{{n_tokens}}}$" in texts(fig)
+
+
+@pytest.mark.parametrize("n_tokens, chunk_size", [(20, 8), (16, 4), (3, 8), (5, 1)])
+def test_the_chunks_and_the_states_between_them(n_tokens, chunk_size):
+    fig = draw_chunked_state(n_tokens, chunk_size)
+    chunks = with_gid(fig, "chunk")
+    count = math.ceil(n_tokens / chunk_size)
+    assert len(chunks) == count
+    assert sum(c.get_width() for c in chunks) == n_tokens
+    states = [t for t in texts(fig) if t.startswith("$S_")]
+    ends = [min((i + 1) * chunk_size, n_tokens) for i in range(count)]
+    assert states == ["$S_0$"] + [f"$S_{{{end}}}$" for end in ends]
+    assert f"{count} steps, not {n_tokens}" in joined(fig)
+
+
+# ----------------------------------------------------------------------- encoder-decoder
+
+
+def test_the_encoder_decoder_labels_come_from_its_arguments():
+    source, target = ["7", "0", "2", "5"], ["h", "a", "c", "f", "<eos>"]
+    weights = torch.tensor([0.1, 0.2, 0.6, 0.1])
+    fig = draw_encoder_decoder(source, target, 3, weights)
+    drawn = texts(fig)
+    for token in source + target:
+        assert token in drawn, token
+    assert [t for t in drawn if t.startswith("$h_")] == [f"$h_{{{i}}}$" for i in range(1, 5)]
+    assert [t for t in drawn if t.startswith("$u_")] == [f"$u_{{{t}}}$" for t in range(6)]
+    assert "$c_{3}$" in drawn and "query $u_{2}$" in drawn
+    alphas = [t for t in drawn if t.startswith("$\\alpha")]
+    assert alphas == [f"$\\alpha_{{3,{i + 1}}} = {w:.2f}$" for i, w in enumerate(weights.tolist())]
+
+
+def test_the_alignment_lines_are_as_thick_as_their_weights():
+    fig = draw_encoder_decoder(["1", "2", "3"], ["b", "c", "d"], 1, [0.7, 0.2, 0.1])
+    widths = [line.get_linewidth() for line in fig.axes[0].lines][-3:]
+    assert widths[0] > widths[1] > widths[2]
+
+
+# ------------------------------------------------------------------------------------ MLA
+
+
+def test_the_latent_paths_sizes_come_from_the_layer():
+    torch.manual_seed(0)
+    layer = MultiHeadLatentAttention(
+        embed_dim=48, num_heads=3, kv_rank=10, q_rank=20, head_dim=12, rope_dim=6, value_dim=5
+    )
+    drawn = joined(draw_latent_attention(layer))
+    for label in (
+        "$x_t$\n$\\mathbb{R}^{48}$",
+        "$c^{KV}_t \\in \\mathbb{R}^{10}$",
+        "$c^Q_t \\in \\mathbb{R}^{20}$",
+        "$q^C$: $3 \\times 12$",
+        "$k^C$: $3 \\times 12$",
+        "$v$: $3 \\times 5$",
+        "$q^R$: $3 \\times 6$",
+        "$k^R_t \\in \\mathbb{R}^{6}$",
+        "all 3 heads",
+        "$10 + 6 = 16$ numbers",
+        "$2 \\times 3 \\times 12 = 72$",
+        "$W_{DKV}$",
+        "$W_{UK}$",
+        "$W_{UV}$",
+        "$W_{KR}$",
+        "$W_{QR}$",
+    ):
+        assert label in drawn, label
+    assert joined(draw_latent_attention(layer)).count("cached") == 3  # two boxes, one note
+
+
+def test_a_layer_without_a_query_latent_draws_w_q():
+    torch.manual_seed(0)
+    layer = MultiHeadLatentAttention(32, 2, kv_rank=8, q_rank=None, head_dim=8, rope_dim=4)
+    drawn = joined(draw_latent_attention(layer))
+    assert "$W_Q$" in drawn and "c^Q" not in drawn and "$W_{UQ}$" not in drawn
+
+
+# ------------------------------------------------------------------------- RoPE's pairs
+
+
+def arc_ends(arc):
+    x, _ = arc.center
+    return (round(x - arc.width / 2), round(x + arc.width / 2))
+
+
+@pytest.mark.parametrize("head_dim", [2, 8, 32])
+def test_the_two_pairings_join_the_right_dimensions(head_dim):
+    fig = draw_rotary_pairs(head_dim)
+    arcs = with_gid(fig, "pair")
+    half = head_dim // 2
+    assert len(arcs) == head_dim  # head_dim / 2 pairs in each pairing
+    assert [arc_ends(a) for a in arcs[:half]] == [(i, i + half) for i in range(half)]
+    assert [arc_ends(a) for a in arcs[half:]] == [(2 * i, 2 * i + 1) for i in range(half)]
+    drawn = texts(fig)
+    assert drawn.count(f"$\\theta_{{{half - 1}}}$") == 2  # the same frequency in both
+    assert [t for t in drawn if t.isdigit()] == [str(j) for j in range(head_dim)] * 2
+
+
+# --------------------------------------------------------------------------- door checks
+
+
+@pytest.mark.parametrize(
+    "call, error, names",
+    [
+        (lambda: draw_decoder_block(object()), TypeError, "config"),
+        (lambda: draw_tiled_scores(10, 7, 0, 3), ValueError, "query_block"),
+        (lambda: draw_tiled_scores(10, 7, 4, 3, row=3), ValueError, "row"),
+        (lambda: draw_tiled_scores(10, 7.0, 4, 3), TypeError, "n_keys"),
+        (lambda: draw_linear_recurrence(0), ValueError, "n_tokens"),
+        (lambda: draw_chunked_state(8, True), TypeError, "chunk_size"),
+        (lambda: draw_encoder_decoder("31", ["d"], 1, [1.0]), TypeError, "source"),
+        (lambda: draw_encoder_decoder(["3"], [], 1, [1.0]), ValueError, "target"),
+        (lambda: draw_encoder_decoder(["3"], ["d"], 2, [1.0]), ValueError, "step"),
+        (lambda: draw_encoder_decoder(["3", "1"], ["d"], 1, [1.0]), ValueError, "weights"),
+        (lambda: draw_encoder_decoder(["3", "1"], ["d"], 1, [0.9, 0.9]), ValueError, "weights"),
+        (lambda: draw_latent_attention(torch.nn.Linear(2, 2)), TypeError, "layer"),
+        (lambda: draw_rotary_pairs(7), ValueError, "head_dim"),
+    ],
+)
+def test_bad_arguments_are_named(call, error, names):
+    with pytest.raises(error, match=names):
+        call()
