@@ -41,7 +41,7 @@ class Widget:
         self.element_id = f"cw-{kind}-{digest[:10]}"
 
     def __repr__(self):
-        return f"<{self.title}: an interactive figure (HTML output)>"
+        return f"<{self.kind} widget: an interactive figure (HTML output)>"
 
     def _repr_html_(self):
         payload = json.dumps(self.data, separators=(",", ":")).replace("</", "<\\/")
