@@ -15,6 +15,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 import torch
+import yaml
 from test_site_controls import SETTLED, axe_violations
 
 from helpers.site import CHAPTERS
@@ -121,7 +122,7 @@ INDEPENDENT = {
     (3, "effective-keys"): lambda g: 2**1.75,
     (4, "dot-variance"): _dot_std,
     (4, "scaled-kurtosis"): _scaled_kurtosis,
-    (4, "scaled-entropy"): _softmax_entropy,
+    (4, "scaled-entropy"): lambda g: math.exp(_softmax_entropy(g)) / g["n"],
     (4, "jacobian-entry"): lambda g: (a := math.e**2 / (math.e**2 + 2)) * (1 - a),
     (4, "model-width-bug"): lambda g: g["heads"] ** 0.5,
     (5, "padded-weight"): lambda g: math.e**2 / (math.e + math.e**2),
@@ -163,7 +164,7 @@ INDEPENDENT = {
     (19, "blocks-in-memory"): lambda g: 2**30 // _cache(30, 3, 64, 16),
 }
 # Simulated quantities agree to within their sampling error, not to the question's tolerance.
-SIMULATED = {(4, "dot-variance"): 0.1, (4, "scaled-kurtosis"): 0.03, (4, "scaled-entropy"): 0.02}
+SIMULATED = {(4, "dot-variance"): 0.1, (4, "scaled-kurtosis"): 0.03, (4, "scaled-entropy"): 0.015}
 NUMERIC = [q for q in QUESTIONS if q.kind == "numeric"]
 
 
@@ -207,10 +208,32 @@ def test_a_choice_answer_is_one_of_its_options(q):
     assert len(set(q.options)) == len(q.options) >= 3
 
 
+def test_the_right_options_are_spread_over_the_positions():
+    """A reader must not learn that the answer is always first (the files often list it
+    first): over the course, each position holds at most 35% and at least 15% of the right
+    answers of four-option questions, and no chapter puts all its answers in one place."""
+    choices = [q for q in QUESTIONS if q.kind == "choice"]
+    four = [q.options.index(q.answer) for q in choices if len(q.options) == 4]
+    shares = [four.count(position) / len(four) for position in range(4)]
+    assert all(0.15 <= share <= 0.35 for share in shares), shares
+    for chapter in NUMBERS:
+        places = {q.options.index(q.answer) for q in choices if q.chapter == chapter}
+        assert len(places) > 1, f"chapter {chapter}: every right answer in one place"
+
+
+def test_the_shown_options_are_the_files_options():
+    for q in QUESTIONS:
+        if q.kind == "choice":
+            listed = yaml.safe_load((concepts.SOURCE / f"ch{q.chapter:02d}.yml").read_text())
+            entry = next(e for e in listed["questions"] if e["id"] == q.id)
+            assert sorted(q.options) == sorted(entry["options"])
+
+
 @pytest.mark.parametrize("q", [q for q in QUESTIONS if q.kind == "order"], ids=str)
 def test_an_order_is_shown_shuffled(q):
+    """Shuffled so that no step stands in its right place."""
     assert sorted(q.options) == sorted(q.answer) and len(q.answer) >= 3
-    assert q.options != q.answer
+    assert all(shown != right for shown, right in zip(q.options, q.answer)), q.options
     assert len(set(q.answer)) == len(q.answer)
 
 
@@ -486,6 +509,26 @@ def test_a_reader_answers_by_keyboard_and_sees_the_verdicts(browser, base_url):
         page.locator(f"#{choice.anchor} .course-concept-show").get_attribute("aria-expanded")
         == "true"
     )
+    page.close()
+    assert not errors, errors
+
+
+def test_a_number_may_carry_a_decimal_comma_and_its_unit(browser, base_url):
+    """As readers type numbers: a decimal comma, a thousands comma, the question's own unit
+    with or without a space; a different unit is not taken for the number."""
+    page, errors = chapter_page(browser, base_url, 9)
+    q = next(q for q in ALL[9] if q.id == "llama3-cache")  # GiB
+    value = independent(q)
+    field = f"#{q.anchor}-input"
+    # two decimals: a comma before exactly three digits groups thousands ("1,000" is 1000)
+    comma = f"{value:.2f}".replace(".", ",")
+    for typed in (comma, f"{comma} GiB", f"{value:.3f}gib", f"{value * 1000:,.0f}e-3"):
+        focus_and_type(page, field, typed)
+        page.keyboard.press("Enter")
+        assert verdict(page, q.anchor).startswith("Right."), typed
+    focus_and_type(page, field, f"{value:.3f} MiB")
+    page.keyboard.press("Enter")
+    assert verdict(page, q.anchor) == "Type a number first, in GiB, such as 0.25 or 1024."
     page.close()
     assert not errors, errors
 

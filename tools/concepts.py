@@ -4,11 +4,12 @@ exported for the learning platforms instructors use.
     python -m tools.concepts [OUTPUT_DIR]     (default _build/html/concept-checks)
 
 Each chapter's file lists 6-10 questions of three kinds (concepts/README.md):
-- choice: options and the text of the right one;
+- choice: options and the text of the right one, shown in a fixed shuffle per question;
 - numeric: `given` numbers, a prompt that names them as {name}, and an `answer` that is an
   expression evaluated here by calling the package (`ac` is attention_course; `torch` and
   `math` are there too), never a typed number; a tolerance;
-- order: steps listed in their right order, shown shuffled (a fixed shuffle per question).
+- order: steps listed in their right order, shown shuffled (a fixed shuffle per question, no
+  step in its right place).
 
 The exports (write_exports): GIFT and Moodle XML (one file each, one question category per
 chapter), and a QTI 1.2 zip that Canvas imports (one quiz per chapter, in one package). An
@@ -102,11 +103,21 @@ def evaluate(expression, given):
 
 
 def shuffled(steps, key):
-    """The steps in a fixed order of their own for this question, never the right one."""
-    order = list(steps)
+    """The steps in a fixed order of their own for this question in which no step stands in
+    its right place (so that the right order is never half given away)."""
     generator = random.Random(key)
-    while order == list(steps):
+    order = list(steps)
+    while any(shown == right for shown, right in zip(order, steps)):
         generator.shuffle(order)
+    return tuple(order)
+
+
+def arranged(options, key):
+    """A choice question's options in a fixed order of their own for this question: the
+    files list the right answer where it was written (often first); the readers and the
+    platforms see it anywhere, the same place on every build."""
+    order = list(options)
+    random.Random(f"options:{key}").shuffle(order)
     return tuple(order)
 
 
@@ -128,7 +139,8 @@ def _question(chapter, number, entry):
     if not all(isinstance(text, str) for text in texts):
         raise ValueError(f"chapter {chapter}, {entry['id']}: an option is not text: {texts}")
     if kind == "choice":
-        return Question(**common, options=tuple(entry["options"]), answer=entry["answer"])
+        options = arranged(entry["options"], f"{chapter}:{entry['id']}")
+        return Question(**common, options=options, answer=entry["answer"])
     if kind == "order":
         steps = tuple(entry["steps"])
         return Question(**common, options=shuffled(steps, entry["id"]), answer=steps)
