@@ -77,7 +77,8 @@ def _data(q):
     if q.kind == "choice":
         return f' data-answer="{q.options.index(q.answer)}"'
     if q.kind == "numeric":
-        return f' data-value="{q.answer!r}" data-tolerance="{q.tolerance!r}"'
+        unit = f' data-unit="{_e(q.unit)}"' if q.unit else ""
+        return f' data-value="{q.answer!r}" data-tolerance="{q.tolerance!r}"{unit}'
     return ""
 
 

@@ -7,10 +7,17 @@
 (function () {
   "use strict";
 
-  // "1,050,624", "1 050 624", "−0.5" or "14.6%" -> a number; NaN for anything else.
-  function parseNumber(text) {
-    const t = text.trim().replace(/[\s_]/g, "").replace(/\u2212/g, "-").replace(/%$/, "")
-      .replace(/,(?=\d{3}(?:\D|$))/g, "");
+  // "1,050,624", "1 050 624", "−0.5", "14.6%", "0,25" (a decimal comma) or "1.5 GiB" (the
+  // question's own unit) -> a number; NaN for anything else, a different unit included.
+  function parseNumber(text, unit) {
+    let t = text.trim().replace(/\u2212/g, "-");
+    // the question's unit (or %) after the number, with or without a space
+    const suffix = unit ? unit.toLowerCase() : "%";
+    if (t.toLowerCase().endsWith(suffix)) t = t.slice(0, -suffix.length);
+    t = t.replace(/[\s_]/g, "").replace(/%$/, "");
+    // a comma before exactly three digits groups thousands; any other comma is a decimal one
+    t = t.replace(/,(?=\d{3}(?:\D|$))/g, "");
+    if (!t.includes(".") && (t.match(/,/g) || []).length === 1) t = t.replace(",", ".");
     return /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i.test(t) ? Number(t) : NaN;
   }
 
@@ -21,8 +28,13 @@
       return picked ? picked.value === box.dataset.answer : "Choose an option first.";
     },
     numeric(box) {
-      const value = parseNumber(box.querySelector("input").value);
-      if (Number.isNaN(value)) return "Type a number first, such as 0.25 or 1024.";
+      const unit = box.dataset.unit || "";
+      const value = parseNumber(box.querySelector("input").value, unit);
+      if (Number.isNaN(value)) {
+        return unit
+          ? `Type a number first, in ${unit}, such as 0.25 or 1024.`
+          : "Type a number first, such as 0.25 or 1024.";
+      }
       const right = Number(box.dataset.value);
       const slack = Number(box.dataset.tolerance) + 1e-9 * Math.abs(right);
       return Math.abs(value - right) <= slack;
