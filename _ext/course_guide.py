@@ -10,9 +10,11 @@ extension), so that no number about the chapters is ever typed by hand:
     ```{course-syllabus}
     Week 1: 1, 2
     Week 2: 3, 4, 5 | 3.1, 3.4, 4.2, 5.1
+    Week 9: 17 | 17.1 | project 5
     ```                         a syllabus: the chapters of each period (after "|", the
-                                exercises set, if not all), their reading time, exercises and
-                                the hours of work they add up to
+                                exercises set, if not all; after a second "|", the hours of a
+                                project), their reading time, exercises and the hours of work
+                                they add up to
     ```{course-colab-setup}
     ```                         per chapter, how long its setup took in the Colab test and what
                                 it installed (colab/setup-times.json), and Colab's versions
@@ -302,11 +304,13 @@ class ExerciseTables(_ChapterDirective):
 
 class Syllabus(_ChapterDirective):
     """Content: lines "Period: chapter numbers" (e.g. "Week 1: 1, 2"), optionally followed by
-    "| exercise numbers" (e.g. "| 1.1, 1.3, 2.2") when not every exercise is set."""
+    "| exercise numbers" (e.g. "| 1.1, 1.3, 2.2") when not every exercise is set, and by
+    "| project HOURS" when the period gives a project that many hours."""
 
     def chosen(self, line, by_number):
         period, _, rest = line.partition(":")
-        numbers, _, exercise_numbers = rest.partition("|")
+        numbers, _, rest = rest.partition("|")
+        exercise_numbers, _, project = rest.partition("|")
         chosen = [by_number[int(n)] for n in re.findall(r"\d+", numbers)]
         exercises = [r for f in chosen for r in f["exercises"]]
         if exercise_numbers.strip():
@@ -315,36 +319,43 @@ class Syllabus(_ChapterDirective):
             if unknown:
                 raise self.error(f"{period}: no exercise {sorted(unknown)} in its chapters")
             exercises = [r for r in exercises if r["number"] in wanted]
-        return period.strip(), chosen, exercises
+        hours = re.fullmatch(r"\s*(?:project (\d+(?:\.\d+)?))?\s*", project)
+        if hours is None:
+            raise self.error(f"{period}: after the second | write 'project HOURS'")
+        return period.strip(), chosen, exercises, float(hours[1] or 0)
 
     def run(self):
         by_number = {fact["number"]: fact for fact in self.facts()}
+        periods = [self.chosen(line, by_number) for line in self.content]
+        with_project = any(project for *_, project in periods)
         rows = []
-        for line in self.content:
-            period, chosen, exercises = self.chosen(line, by_number)
+        for period, chosen, set_exercises, project in periods:
             minutes = sum(rounded_minutes(f["minutes"]) for f in chosen)
             paragraph = nodes.paragraph()
             for index, fact in enumerate(chosen):
                 if index:
                     paragraph += nodes.Text("; ")
                 paragraph += self.chapter_link(fact).children[0]
-            least, most = workload_hours(minutes, exercises)
-            rows.append(
-                [
-                    period,
-                    paragraph,
-                    f"{math.floor(minutes / 60)} h {minutes % 60:02d} min",
-                    f"{len(exercises)}: " + ", ".join(r["number"] for r in exercises),
-                    f"{least:.0f} to {most:.0f} h",
-                ]
-            )
-        return [
-            table(
-                ["period", "chapters", "reading", "exercises set", "work (reading and exercises)"],
-                rows,
-                [1, 5, 1, 4, 2],
-            )
-        ]
+            least, most = workload_hours(minutes, set_exercises)
+            row = [
+                period,
+                paragraph,
+                f"{math.floor(minutes / 60)} h {minutes % 60:02d} min",
+                f"{len(set_exercises)}: " + ", ".join(r["number"] for r in set_exercises)
+                if set_exercises
+                else "–",
+            ]
+            if with_project:
+                row.append(f"{project:g} h" if project else "–")
+            rows.append([*row, f"{least + project:.0f} to {most + project:.0f} h"])
+        header = ["period", "chapters", "reading", "exercises set"]
+        widths = [1, 5, 1, 4]
+        if with_project:
+            header, widths = [*header, "project"], [*widths, 1]
+            total = sum(project for *_, project in periods)
+            rows.append(["", "", "", "", f"{total:g} h", ""])
+        work = "work (reading, exercises" + (", project)" if with_project else ")")
+        return [table([*header, work], rows, [*widths, 2])]
 
 
 class ColabSetup(_ChapterDirective):

@@ -363,7 +363,8 @@ def syllabi():
         periods = []
         for line in block.strip().splitlines():
             period, _, rest = line.partition(":")
-            chapters, _, chosen = rest.partition("|")
+            chapters, _, rest = rest.partition("|")
+            chosen = rest.partition("|")[0]  # after a second "|": the project's hours
             periods.append(
                 (period, [int(n) for n in re.findall(r"\d+", chapters)], chosen.split(", "))
             )
@@ -395,6 +396,37 @@ def test_the_syllabi_keep_the_reading_order_and_cover_every_chapter_they_do_not_
                 assert chapter in numbers, (name, period, number)
                 count = len(exercises.exercises(nbformat.read(chapters[chapter], as_version=4)))
                 assert 1 <= k <= count, (name, period, number)
+
+
+def test_the_10_week_plan_gives_the_project_its_hours_and_no_week_more_than_ten():
+    """The project's hours in the 10-week plan add up to what the projects page says a
+    project takes, and no week, reading, exercises and project together, asks for more than
+    about ten hours at the slow end of the exercise ranges (the instructor's review found
+    weeks of 10-12 hours once the project was added)."""
+    text = (ROOT / "instructors.md").read_text()
+    block = re.search(r"A \*\*10-week module\*\*.*?```\{course-syllabus\}\n(.*?)```", text, re.S)
+    stated = re.search(
+        r"project takes a student about (\d+) hours", (ROOT / "projects.md").read_text()
+    )
+    facts = {f["number"]: f for f in course_guide.chapter_facts(ROOT)}
+    total = 0
+    for line in block[1].strip().splitlines():
+        period, _, rest = line.partition(":")
+        chapters, _, rest = rest.partition("|")
+        chosen, _, project = rest.partition("|")
+        hours = float(re.fullmatch(r"\s*(?:project (\d+))?\s*", project)[1] or 0)
+        total += hours
+        numbers = [int(n) for n in re.findall(r"\d+", chapters)]
+        wanted = set(re.findall(r"\d+\.\d+", chosen))
+        reading = sum(course_guide.rounded_minutes(facts[n]["minutes"]) for n in numbers)
+        slowest = sum(
+            course_guide.EXERCISE_MINUTES[r["stars"]][1]
+            for n in numbers
+            for r in facts[n]["exercises"]
+            if r["number"] in wanted
+        )
+        assert (reading + slowest) / 60 + hours <= 10.5, period
+    assert total == int(stated[1])
 
 
 def test_the_instructors_page_states_the_reading_model_from_the_code():
