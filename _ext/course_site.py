@@ -217,7 +217,7 @@ class CheckCells(Directive):
 
 
 class Rubric(Directive):
-    """A written part's rubric: "Rubric (N points)", then its criteria and their levels as
+    """A written part's rubric: "Rubric (N written points)", then its criteria and their levels as
     written, in a box of class course-rubric; a rubric that breaks the format is an error."""
 
     has_content = True

@@ -300,8 +300,9 @@ def test_the_learner_pdf_has_no_solution_and_the_instructor_pdf_has_them(pdf_tex
 
 
 def test_the_instructor_pdf_shows_every_rubric_and_the_learner_pdf_none(pdf_texts):
-    """A rubric's title, "Rubric (N points)", is printed once per written part, in the order of
-    the book, in the instructor edition only (its criteria are solution lines, checked above)."""
+    """A rubric's title, "Rubric (N written points)", is printed once per written part, in the
+    order of the book, in the instructor edition only (its criteria are solution lines, checked
+    above)."""
     titles = [
         squeezed(exercises.rubric_title(exercise.rubric))
         for chapter in CHAPTERS

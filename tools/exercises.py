@@ -166,8 +166,10 @@ def rubric_points(criteria):
 
 
 def rubric_title(criteria):
+    """The title "Rubric (N written points)": it grades the written points, which in an
+    exercise with code are fewer than the exercise's (its heading gives the whole)."""
     points = rubric_points(criteria)
-    return f"Rubric ({points:g} point{'s' * (points != 1)})"
+    return f"Rubric ({points:g} written point{'s' * (points != 1)})"
 
 
 def rubric_markdown(body):
