@@ -347,7 +347,8 @@ class Syllabus(_ChapterDirective):
             ]
             if with_project:
                 row.append(f"{project:g} h" if project else "–")
-            rows.append([*row, f"{least + project:.0f} to {most + project:.0f} h"])
+            low, high = f"{least + project:.0f}", f"{most + project:.0f}"
+            rows.append([*row, f"{low} to {high} h" if low != high else f"about {low} h"])
         header = ["period", "chapters", "reading", "exercises set"]
         widths = [1, 5, 1, 4]
         if with_project:
