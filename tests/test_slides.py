@@ -17,6 +17,7 @@ from test_site_controls import axe_violations
 
 from helpers.browser import open_page, screenshot
 from tools import CHAPTERS, concepts, exercises, slides
+from tools.pdf import served
 
 DECKS = [pytest.param(path, id=path.name[:2]) for path in CHAPTERS]
 
@@ -160,6 +161,64 @@ SHOW_EVERY_SLIDE = """() => {
   });
   return problems;
 }"""
+
+
+# Each slide in turn at 1280 x 720: any element that clips its content (a scroll bar, or
+# content cut off) or that lies outside the slide's frame; [] when all is shown.
+NOTHING_CLIPPED = """() => {
+  const frame = document.querySelector('.reveal .slides').getBoundingClientRect();
+  const problems = [];
+  const name = e => e.tagName.toLowerCase() + (e.className && e.className.baseVal === undefined
+    ? '.' + String(e.className).split(' ').join('.') : '');
+  Reveal.getSlides().forEach((slide, k) => {
+    Reveal.slide(k);
+    const scale = Reveal.getScale();
+    for (const e of slide.querySelectorAll('*')) {
+      // the notes are not shown; MathJax's formula is one box (its mjx-math)
+      if (e.closest('aside.notes') || (e.closest('mjx-container') && e.tagName !== 'MJX-MATH'))
+        continue;
+      const style = getComputedStyle(e), box = e.getBoundingClientRect();
+      if (style.display === 'none' || (box.width === 0 && box.height === 0)) continue;
+      const text = (e.textContent || '').trim().slice(0, 40);
+      if (style.overflowY !== 'visible' && e.scrollHeight > e.clientHeight + 1)
+        problems.push(`slide ${k + 1}: ${name(e)} cuts its content's height: ${text}`);
+      if (style.overflowX !== 'visible' && e.scrollWidth > e.clientWidth + 1)
+        problems.push(`slide ${k + 1}: ${name(e)} cuts its content's width: ${text}`);
+      if (box.bottom > frame.bottom + scale || box.right > frame.right + scale ||
+          box.top < frame.top - scale || box.left < frame.left - scale)
+        problems.push(`slide ${k + 1}: ${name(e)} outside the slide: ${text}`);
+    }
+  });
+  return [...new Set(problems)];
+}"""
+
+
+@pytest.fixture(scope="module")
+def decks(tmp_path_factory):
+    """The decks alone (tools/slides.py, with the website's MathJax), served: for the tests
+    that need no website around them."""
+    site = tmp_path_factory.mktemp("slides-site")
+    slides.build(site)
+    with served(site) as url:
+        yield url
+
+
+def test_every_slide_shows_all_it_holds(decks, browser):
+    """Every slide of every deck at 1280 x 720: no code, output or equation cut off or
+    scrolled, and nothing outside the slide (one browser page for all the decks)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    clipped = {}
+    for path in CHAPTERS:
+        page.goto(f"{decks}{slides.FOLDER}/{slides.deck_name(path)}", wait_until="load")
+        page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise")
+        page.evaluate("MathJax.startup.promise")
+        page.evaluate("document.fonts.ready")
+        clipped[path.name[:2]] = page.evaluate(NOTHING_CLIPPED)
+    page.close()
+    assert not errors, errors
+    assert {deck: found for deck, found in clipped.items() if found} == {}
 
 
 @pytest.mark.parametrize("path", DECKS)

@@ -12,7 +12,7 @@ nothing comes from a CDN). Nothing is typed for the slides; they follow the chap
   its heading and its displayed equations, or, where it has none, its first paragraph; then a
   slide for each figure the section draws, with its number and caption as on the website, and
   one for each code cell tagged `slide` in the notebook (the few that carry the idea), with what
-  it prints;
+  it prints (long code in smaller type, chosen from its lines; long output on the next slide);
 - the chapter's summary, a slide for each of its concept checks (to ask the room), and its
   exercises with their difficulty and points.
 
@@ -45,7 +45,8 @@ FOLDER = "slides"
 SLIDE_TAG = "slide"  # a code cell shown on the slides with its output
 SUMMARY = re.compile(r"^## Summary[ \t]*$", re.M)  # the lecture ends here
 EXERCISES = re.compile(r"^## Exercises[ \t]*$", re.M)
-MAX_OUTPUT_LINES = 8
+MAX_OUTPUT_LINES = 8  # printed lines shown under the code; longer output gets its own slide
+OUTPUT_SLIDE_LINES = 24  # printed lines on a slide of their own (then "...")
 MAX_EQUATIONS = 3  # displayed equations on one slide; more go on the next
 MAX_BULLETS, MAX_SUMMARY = 5, 650  # bullets and characters of a summary slide
 DISPLAY_MATH = re.compile(r"^\$\$.*?^\$\$[^\n]*$", re.M | re.S)
@@ -204,15 +205,15 @@ class Section:
 
 
 def printed_output(cell):
-    """What a code cell prints (its text outputs), cut to MAX_OUTPUT_LINES lines."""
+    """What a code cell prints (its text outputs), cut to OUTPUT_SLIDE_LINES lines."""
     text = "".join(
         o.get("text", "") if o.output_type == "stream" else o.get("data", {}).get("text/plain", "")
         for o in cell.outputs
         if o.output_type in ("stream", "execute_result")
     )
     lines = text.rstrip("\n").splitlines()
-    if len(lines) > MAX_OUTPUT_LINES:
-        lines = [*lines[:MAX_OUTPUT_LINES], "..."]
+    if len(lines) > OUTPUT_SLIDE_LINES:
+        lines = [*lines[:OUTPUT_SLIDE_LINES], "..."]
     return "\n".join(lines)
 
 
@@ -232,6 +233,7 @@ class Lecture:
         self.title = ""
         # the figures numbered as the website and the learner edition number them
         self.figures = {id(c): k for k, c in enumerate(learner._figure_cells(self.notebook), 1)}
+        self._awaiting = None  # the section whose last code cell waits for its next paragraph
         self._read(exercises.parse(self.notebook))
 
     def _read(self, items):
@@ -256,6 +258,7 @@ class Lecture:
             self.title, self.opening = title[2:].strip(), first_paragraph(rest)
             return section
         pieces = HEADING.split(text)  # [before, hashes, heading, body, hashes, heading, ...]
+        self._follow_code(pieces[0])
         if section is not None and pieces[0].strip():
             section.prose.append(pieces[0])
         for k in range(1, len(pieces), 3):
@@ -267,6 +270,16 @@ class Lecture:
             self.sections.append(section)
         return section
 
+    def _follow_code(self, text):
+        """The first paragraph after a code cell of the slides (what the chapter says of what
+        it prints), into that cell's item; none where a heading follows."""
+        section, self._awaiting = self._awaiting, None
+        after = paragraphs(text)
+        if section is None or not after:
+            return
+        k = max(k for k, item in enumerate(section.items) if item[0] == "code")
+        section.items[k] = (*section.items[k][:4], after[0])
+
     def _read_code(self, cell, section):
         number = self.figures.get(id(cell))
         if number and section is not None:
@@ -276,7 +289,8 @@ class Lecture:
         if SLIDE_TAG in cell.metadata.get("tags", []) and section is not None:
             before = paragraphs(section.prose[-1]) if section.prose else []
             lead = last_sentences(before[-1], NOTES) if before else ""
-            section.items.append(("code", cell.source, printed_output(cell), lead))
+            section.items.append(("code", cell.source, printed_output(cell), lead, ""))
+            self._awaiting = section  # the paragraph after the cell, once it is read
 
     def exercise_lines(self):
         return [
@@ -326,12 +340,56 @@ def section_slides(lecture, section, images):
             )
             slides.append(slide(subheading + figure, notes_text(caption), "figure"))
         else:
-            _, source, output, lead = item
-            code = f"<pre><code class='python' tabindex='0'>{html.escape(source)}</code></pre>"
-            if output:
-                code += f"<pre class='output'>{html.escape(output)}</pre>"
-            slides.append(slide(subheading + code, notes_text(lead), "code"))
+            slides.extend(code_slides(subheading, section, item))
     return slides
+
+
+# The code slides' type sizes (em of the slide's 30 px), largest first: the largest at which a
+# cell's code and what it prints fit under the heading; its output goes on a slide of its own
+# where it is long, or where they do not fit together even at the smallest size but one.
+CODE_SIZES = {"": 0.6, "code-m": 0.5, "code-s": 0.42, "code-xs": 0.36}
+OUTPUT_SCALE = 0.87  # the output's type, against the code's
+CODE_ROOM = 600, 1180  # px of the 1280 x 720 slide left under the heading: height, width
+SLIDE_PX = 30
+
+
+def code_height(lines, em):
+    """The height in px of a block of `lines` lines at `em` (line height 1.2, its padding and
+    margins about 2.5 lines)."""
+    return (lines * 1.2 + 2.5) * em * SLIDE_PX if lines else 0
+
+
+def code_size(source, output, sizes=CODE_SIZES):
+    """The largest of `sizes` ({class: em}) at which the code and its output fit under the
+    heading (a monospaced character is 0.6 em wide); None where none does."""
+    code, printed = source.splitlines() or [""], output.splitlines()
+    longest = max(map(len, code + printed))
+    height, width = CODE_ROOM
+    for name, em in sizes.items():
+        tall = code_height(len(code), em) + code_height(len(printed), em * OUTPUT_SCALE)
+        if tall <= height and longest * 0.6 * em * SLIDE_PX <= width:
+            return name
+    return None
+
+
+def code_slides(subheading, section, item):
+    """A code cell's slide, its type sized to fit; what it prints on the next slide where it
+    is long or the two do not fit together."""
+    _, source, output, lead, after = item
+    together = dict(list(CODE_SIZES.items())[:-1])  # not the smallest: split first
+    size = code_size(source, output, together)
+    apart = bool(output) and (size is None or len(output.splitlines()) > MAX_OUTPUT_LINES)
+    size = code_size(source, "", together) if apart else size
+    if size is None:
+        size = code_size(source, "") or list(CODE_SIZES)[-1]
+    code = f"<pre><code class='python' tabindex='0'>{html.escape(source)}</code></pre>"
+    printed = f"<pre class='output'>{html.escape(output)}</pre>" if output else ""
+    kind = f"code {size}".strip()
+    if not apart:
+        return [slide(subheading + code + printed, notes_text(lead), kind)]
+    shown = slide(subheading + code, notes_text(lead), kind)
+    said = notes_text(after) or "What the code on the slide before prints."
+    return [shown, slide(subheading + "<p class='kicker'>It prints</p>" + printed, said, "output")]
 
 
 def summary_slides(lecture):
@@ -472,6 +530,22 @@ TEMPLATE = """<!doctype html>
   // 16:9 at 1280 x 720, scaled to the screen; the slide number and the URL follow the slide.
   Reveal.initialize({{width: 1280, height: 720, hash: true, slideNumber: "c/t",
                       transition: "fade", transitionSpeed: "fast", plugins: [RevealNotes]}});
+  // A displayed equation wider than the slide scaled down to fit it (MathJax sizes it in em),
+  // on each slide as it is shown, once MathJax has typeset the deck.
+  function fitEquations(slide) {{
+    for (const box of slide ? slide.querySelectorAll(".math mjx-container") : []) {{
+      const math = box.querySelector("mjx-math"), room = box.parentElement;
+      const width = math ? math.getBoundingClientRect().width : 0;
+      const fits = room.getBoundingClientRect().width;
+      if (width > fits && fits > 0) {{
+        const size = parseFloat(getComputedStyle(box).fontSize);
+        box.style.fontSize = (size * fits / width * 0.98) + "px";
+      }}
+    }}
+  }}
+  window.addEventListener("load", () => MathJax.startup.promise.then(
+    () => fitEquations(Reveal.getCurrentSlide())));
+  Reveal.on("slidechanged", event => fitEquations(event.currentSlide));
 </script>
 </body>
 </html>
