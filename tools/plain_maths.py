@@ -63,7 +63,7 @@ def unicode_maths(text):
 def maths(latex):
     """One formula's LaTeX as plain text: "\\frac{1}{\\sqrt{d}}" -> "1/√d"."""
     latex = re.sub(r"\\(begin|end)\{[a-z*]+\}(\{[^}]*\})?", " ", latex)  # aligned, cases, ...
-    text, _ = _sequence(TOKEN.findall(latex.replace("&", " ")), 0)
+    text, _ = _sequence(TOKEN.findall(latex.replace("&", "\\ ")), 0)
     text = re.sub(rf"\s*([{RELATIONS}])\s*", r" \1 ", text)  # a relation between spaces
     # an operator's name apart from a letter after it (log x), not from its brackets (max(a))
     text = re.sub(f"{WORD_END}(?=[A-Za-z0-9\u0370-\u03ffℓ√])", " ", text).replace(WORD_END, "")

@@ -299,7 +299,12 @@ class Section:
         shown = opening_sentences(prose[0])
         rest = [prose[0][len(shown) :].strip()] + [opening_sentences(p, 0) for p in later]
         rest = [r.replace(point, "").strip() if point else r for r in rest]
-        return notes_text(" ".join(r for r in rest if r) or prose[0])
+        said = " ".join(r for r in rest if r) or prose[0]
+        # a last sentence that introduces what the notes do not hold (a list): left out
+        sentences = SENTENCE_END.split(said)
+        if len(sentences) > 1 and sentences[-1].rstrip().endswith(":"):
+            said = " ".join(sentences[:-1])
+        return notes_text(said)
 
 
 def printed_output(cell):
