@@ -16,7 +16,8 @@ from bs4 import BeautifulSoup
 from test_site_controls import axe_violations
 
 from helpers.browser import open_page, screenshot
-from tools import CHAPTERS, concepts, exercises, slides
+from tools import CHAPTERS, concepts, exercises, plain_maths, slides
+from tools.pdf import served
 
 DECKS = [pytest.param(path, id=path.name[:2]) for path in CHAPTERS]
 
@@ -107,8 +108,11 @@ def test_each_concept_check_has_a_slide_with_its_answer_in_the_notes(path):
         options = [li.get_text() for li in slide.select("li")]
         assert options == list(question.options), (path.name, question.id)
         notes = slide.select_one("aside.notes").get_text()
-        assert notes.startswith(f"Answer: {question.shown_answer}. "), (path.name, notes)
+        assert notes.startswith(f"Answer: {question.shown_answer}"), (path.name, notes)
         assert question.explanation in notes
+        # the answer is one sentence, ended once ("... x.", never "... x..")
+        answer = notes[len("Answer: ") : -len(question.explanation)].strip()
+        assert answer.endswith((".", "?", "!")) and not answer.endswith(".."), answer
 
 
 NOTES_WORDS = 160  # what a lecturer can glance at: about a minute of speech
@@ -126,13 +130,147 @@ def test_every_slide_has_short_notes_of_its_own(path):
         assert 3 <= len(text.split()) <= NOTES_WORDS, (path.name, text[:200])
     for one, other, section in zip(texts, texts[1:], sections[1:]):
         assert one != other, (path.name, section.get_text()[:80])
-    # a figure's notes begin with its caption's words; the figure slide has its heading
+    # a figure's notes say what its slide does not: not the caption it shows
     for section in written_deck(path).select("section.figure"):
         assert section.find("h3"), path.name
         caption = section.select_one("figcaption").get_text(" ").split(". ", 1)[1]
         notes = section.select_one("aside.notes").get_text()
-        shown, said = letters(caption), letters(notes)  # the slide cuts a long caption short
-        assert said.startswith(shown[:30]) and len(shown) >= 10, (path.name, notes, caption)
+        shown, said = letters(caption), letters(notes)
+        assert len(shown) >= 10 and shown not in said, (path.name, notes, caption)
+        # nor any sentence of it
+        for sentence in re.split(r"(?<=[.;])\s+", caption):
+            if len(letters(sentence)) > 25:
+                assert letters(sentence) not in said, (path.name, sentence)
+
+
+@pytest.mark.parametrize(
+    "latex, text",
+    [  # written by hand, as a lecturer would say them
+        (r"$\sqrt{d}$", "√d"),
+        (r"$1/\sqrt{d}$", "1/√d"),
+        (r"$\frac{1}{\sqrt{d}}$", "1/√d"),
+        (r"$\frac{a + b}{2}$", "(a+b)/2"),
+        (r"$\alpha_i$ and $\beta$", "αᵢ and β"),
+        (r"$x^2$", "x²"),
+        (r"$q^\top k$", "qᵀk"),
+        (r"$q \cdot k$", "q·k"),
+        (r"$x_j \in \mathbb{R}^{32}$", "xⱼ ∈ ℝ³²"),
+        (r"$d_\text{model} = 8d$", "d_model = 8d"),
+        (r"$\operatorname{softmax}(QK^\top/\sqrt{d_k})V$", "softmax(QKᵀ/√dₖ)V"),
+        (r"$e^{-x}$", "e^(−x)"),
+        (r"$\log \ell_n$", "log ℓₙ"),
+        (r"$\|x\|_2 \le 1$", "‖x‖₂ ≤ 1"),
+        (r"$O(n^2)$ time", "O(n²) time"),
+        (r"$\text{head}_i W_O^{(i)}$", "headᵢW_O⁽ⁱ⁾"),
+        (r"$\hat{y}$", "ŷ"),
+        (r"$\unknowncommand{x}$", "unknowncommand x"),  # its name, never a backslash
+    ],
+)
+def test_maths_becomes_plain_text(latex, text):
+    assert plain_maths.unicode_maths(latex) == text
+
+
+@pytest.mark.parametrize(
+    "raw, tidied",
+    [
+        ("the weights printed above: 0.1 and 0.9", "The weights printed: 0.1 and 0.9"),
+        ("The code below checks it:", "The code checks it."),
+        ("Every entry above the diagonal is zero.", "Every entry above the diagonal is zero."),
+        ("It falls below 0.2, as above.", "It falls below 0.2, as before."),
+        ("It is exactly zero..", "It is exactly zero."),
+        ("The sum is …", "The sum is."),
+        ("k-NN regression averages.", "k-NN regression averages."),
+        ("llama.cpp reorders the rows.", "llama.cpp reorders the rows."),
+    ],
+)
+def test_a_note_is_tidied_for_reading_aloud(raw, tidied):
+    assert slides.tidy(raw) == tidied
+
+
+def notes_of_every_deck():
+    """(deck, slide number, the notes' text) for every slide with notes, in every deck."""
+    for path in CHAPTERS:
+        for k, section in enumerate(written_deck(path).select("section"), 1):
+            aside = section.select_one("aside.notes")
+            if aside:
+                for line in aside.get_text("\n").splitlines():  # each equation's own line
+                    yield f"{path.name[:2]} slide {k}", line.strip()
+
+
+ALL_NOTES = list(notes_of_every_deck())
+
+
+def test_no_latex_in_the_notes():
+    """The speaker view typesets nothing: the notes' maths is text (√d, not $\\sqrt{d}$)."""
+    latex = [(where, n) for where, n in ALL_NOTES if "$" in n or re.search(r"\\[A-Za-z]", n)]
+    assert latex == []
+    braces = [(where, n) for where, n in ALL_NOTES if re.search(r"[_^]\{|\\[{}]", n)]
+    assert braces == []
+
+
+def test_no_note_ends_or_starts_mid_thought():
+    """A note is whole sentences: it does not end on a colon, on "…" or pointing at a page that
+    is not there ("printed above", "the code below"); it starts with a capital (or a name
+    written in lower case, such as k-NN or llama.cpp); no double full stop; "1 point"."""
+    problems = []
+    for where, note in ALL_NOTES:
+        if note.endswith((":", "…", "...")) or re.search(r"\b(above|below)\W*$", note):
+            problems.append((where, "end", note[-80:]))
+        if re.search(r"\b(printed|code|function|explorer|table) (above|below)\b", note):
+            problems.append((where, "points at the page", note))
+        if re.match(r"[a-z]+\b(?![-.(_'’\w])", note):
+            problems.append((where, "lower case", note[:80]))
+        if re.search(r"[^.]\.\.(?!\.)", note):
+            problems.append((where, "..", note))
+        if re.search(r"(?<![\d.])1 points\b", note):
+            problems.append((where, "1 points", note))
+    assert problems == []
+
+
+@pytest.mark.parametrize("number, points", [(1, "1 point"), (4, "4 points"), (2.5, "2.5 points")])
+def test_points_are_counted_in_words(number, points):
+    assert slides.points(number) == points
+
+
+def test_the_summary_notes_say_what_to_do_next():
+    """Not filler: the first summary slide's notes name the concept checks that follow and the
+    chapter's first exercise, to set after the lecture."""
+    for path in CHAPTERS:
+        soup = written_deck(path)
+        notes = soup.select_one("section.summary aside.notes").get_text()
+        assert "leaves behind" not in notes, path.name
+        first = exercises.exercises(nbformat.read(path, as_version=4))[0]
+        # its title: the first line of its prompt, after ":::{exercise}" or "###"
+        title = re.sub(r"\s*\(★+\)\s*$", "", first.prompt.source.partition("\n")[0])
+        title = re.sub(r"^(:::\{\w+\}|#+)\s*", "", title)
+        assert f"Exercise {int(path.name[:2])}.1" in notes, (path.name, notes)
+        assert letters(title)[-12:] in letters(notes), (path.name, title, notes)
+        checks = len(concepts.load(int(path.name[:2])))
+        assert f"{checks} concept checks" in notes, path.name
+
+
+@pytest.mark.parametrize(
+    "chapter, heading, result",
+    [
+        ("04", "Can training recover", "does not make learning impossible"),
+        ("15", "DeepSeek-V2's", "gives 82.2%, not 93.3%"),
+    ],
+)
+def test_a_section_slide_shows_its_result(chapter, heading, result):
+    """Where a section's point is a conclusion or a number, its slide shows it, not only the
+    notes (the result as the chapter's own text words it)."""
+    path = next(p for p in CHAPTERS if p.name.startswith(chapter))
+    chapter_text = re.sub(r"\s+", " ", "\n".join(c.source for c in lecture_part(path)))
+    assert result in chapter_text
+    found = [
+        s
+        for s in written_deck(path).select("section")
+        if s.find("h2") and s.find("h2").get_text().startswith(heading)
+    ]
+    assert len(found) == 1
+    aside = found[0].select_one("aside.notes").extract()
+    assert result in re.sub(r"\s+", " ", found[0].get_text()), found[0].get_text()
+    assert result not in aside.get_text()
 
 
 def letters(text):
@@ -160,6 +298,64 @@ SHOW_EVERY_SLIDE = """() => {
   });
   return problems;
 }"""
+
+
+# Each slide in turn at 1280 x 720: any element that clips its content (a scroll bar, or
+# content cut off) or that lies outside the slide's frame; [] when all is shown.
+NOTHING_CLIPPED = """() => {
+  const frame = document.querySelector('.reveal .slides').getBoundingClientRect();
+  const problems = [];
+  const name = e => e.tagName.toLowerCase() + (e.className && e.className.baseVal === undefined
+    ? '.' + String(e.className).split(' ').join('.') : '');
+  Reveal.getSlides().forEach((slide, k) => {
+    Reveal.slide(k);
+    const scale = Reveal.getScale();
+    for (const e of slide.querySelectorAll('*')) {
+      // the notes are not shown; MathJax's formula is one box (its mjx-math)
+      if (e.closest('aside.notes') || (e.closest('mjx-container') && e.tagName !== 'MJX-MATH'))
+        continue;
+      const style = getComputedStyle(e), box = e.getBoundingClientRect();
+      if (style.display === 'none' || (box.width === 0 && box.height === 0)) continue;
+      const text = (e.textContent || '').trim().slice(0, 40);
+      if (style.overflowY !== 'visible' && e.scrollHeight > e.clientHeight + 1)
+        problems.push(`slide ${k + 1}: ${name(e)} cuts its content's height: ${text}`);
+      if (style.overflowX !== 'visible' && e.scrollWidth > e.clientWidth + 1)
+        problems.push(`slide ${k + 1}: ${name(e)} cuts its content's width: ${text}`);
+      if (box.bottom > frame.bottom + scale || box.right > frame.right + scale ||
+          box.top < frame.top - scale || box.left < frame.left - scale)
+        problems.push(`slide ${k + 1}: ${name(e)} outside the slide: ${text}`);
+    }
+  });
+  return [...new Set(problems)];
+}"""
+
+
+@pytest.fixture(scope="module")
+def decks(tmp_path_factory):
+    """The decks alone (tools/slides.py, with the website's MathJax), served: for the tests
+    that need no website around them."""
+    site = tmp_path_factory.mktemp("slides-site")
+    slides.build(site)
+    with served(site) as url:
+        yield url
+
+
+def test_every_slide_shows_all_it_holds(decks, browser):
+    """Every slide of every deck at 1280 x 720: no code, output or equation cut off or
+    scrolled, and nothing outside the slide (one browser page for all the decks)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    clipped = {}
+    for path in CHAPTERS:
+        page.goto(f"{decks}{slides.FOLDER}/{slides.deck_name(path)}", wait_until="load")
+        page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise")
+        page.evaluate("MathJax.startup.promise")
+        page.evaluate("document.fonts.ready")
+        clipped[path.name[:2]] = page.evaluate(NOTHING_CLIPPED)
+    page.close()
+    assert not errors, errors
+    assert {deck: found for deck, found in clipped.items() if found} == {}
 
 
 @pytest.mark.parametrize("path", DECKS)

@@ -12,7 +12,7 @@ nothing comes from a CDN). Nothing is typed for the slides; they follow the chap
   its heading and its displayed equations, or, where it has none, its first paragraph; then a
   slide for each figure the section draws, with its number and caption as on the website, and
   one for each code cell tagged `slide` in the notebook (the few that carry the idea), with what
-  it prints;
+  it prints (long code in smaller type, chosen from its lines; long output on the next slide);
 - the chapter's summary, a slide for each of its concept checks (to ask the room), and its
   exercises with their difficulty and points.
 
@@ -38,6 +38,7 @@ from markdown_it import MarkdownIt
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 
 from tools import CHAPTERS, ROOT, concepts, exercises, learner, release
+from tools.plain_maths import maths, unicode_maths
 
 REVEAL = ROOT / "vendor" / "reveal.js"
 STYLE = ROOT / "templates" / "slides.css"
@@ -45,7 +46,8 @@ FOLDER = "slides"
 SLIDE_TAG = "slide"  # a code cell shown on the slides with its output
 SUMMARY = re.compile(r"^## Summary[ \t]*$", re.M)  # the lecture ends here
 EXERCISES = re.compile(r"^## Exercises[ \t]*$", re.M)
-MAX_OUTPUT_LINES = 8
+MAX_OUTPUT_LINES = 8  # printed lines shown under the code; longer output gets its own slide
+OUTPUT_SLIDE_LINES = 24  # printed lines on a slide of their own (then "...")
 MAX_EQUATIONS = 3  # displayed equations on one slide; more go on the next
 MAX_BULLETS, MAX_SUMMARY = 5, 650  # bullets and characters of a summary slide
 DISPLAY_MATH = re.compile(r"^\$\$.*?^\$\$[^\n]*$", re.M | re.S)
@@ -85,10 +87,29 @@ def render(markdown):
 
 
 def plain_text(markdown):
-    """Speaker notes: the prose without its markup (the maths kept as written)."""
+    """Speaker notes: the prose without its markup, its maths as Unicode text (the speaker
+    view typesets nothing), tidied (`tidy`)."""
     text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", markdown)  # links -> their text
-    text = re.sub(r"[*`]", "", text)
-    return html.escape(re.sub(r"\n(?!\n)", " ", text).strip())
+    text = unicode_maths(re.sub(r"[*`]", "", text))
+    return html.escape(tidy(re.sub(r"\s*\n\s*", " ", text).strip()))
+
+
+# "above" or "below" pointing at the chapter's page (the notes have none): not a comparison
+# ("above the diagonal", "below 0.2", "far above them")
+PAGE_POINTER = re.compile(
+    r"\s+(?:above|below)\b(?!\s+(?:the|a|an|it|its|that|them|this|these|those|zero|one|\d|[A-Z]))"
+)
+
+
+def tidy(text):
+    """A note as a lecturer reads it aloud: nothing pointing at a page that is not there
+    ("printed above"), no double full stop, a capital first letter, and an end that ends (a
+    closing colon or "..." becomes a full stop)."""
+    text = PAGE_POINTER.sub("", re.sub(r"\bas (above|below)\b", "as before", text))
+    text = re.sub(r"(?<![.])\.\.(?![.])", ".", text)
+    if re.match(r"[a-z]+\b(?![-.(_'’\w])", text):  # a word, not a name (k-NN, llama.cpp)
+        text = text[0].upper() + text[1:]
+    return re.sub(r"\s*(:|…|\.\.\.)$", ".", text.rstrip())
 
 
 def first_paragraph(markdown):
@@ -123,9 +144,33 @@ def last_sentences(markdown, limit=SHORT):
     return " ".join(kept)
 
 
+def inline_equations(markdown):
+    """A displayed equation inside a sentence (the text before it does not end one, or the
+    text after it goes on in lower case) as inline maths, the paragraph joined around it; any
+    other as a paragraph break."""
+
+    def inline(match):
+        before, after = markdown[: match.start()].rstrip(), markdown[match.end() :]
+        ended = not before or before.endswith((".", "!", "?")) or before.endswith("\n#")
+        goes_on = re.match(r"\s*[a-z,.;]", after)
+        if ended and not goes_on:
+            return "\n\n"
+        return (
+            ("" if ended else "\0") + f"${equation_tex(match[0])}$" + ("\0" if goes_on else "\n\n")
+        )
+
+    return re.sub(r"\s*\0\s*", " ", DISPLAY_MATH.sub(inline, markdown))
+
+
+def equation_tex(block):
+    """$$ ... $$ (label) -> its LaTeX."""
+    return block.strip().split("$$")[1].strip()
+
+
 def paragraphs(markdown):
-    """The prose paragraphs of a text (no headings, lists, tables or displayed maths)."""
-    text = DISPLAY_MATH.sub("\n\n", markdown)
+    """The prose paragraphs of a text (no headings, lists or tables), a displayed equation
+    inside a paragraph kept in it as inline maths."""
+    text = inline_equations(markdown)
     return [
         p.strip()
         for p in text.split("\n\n")
@@ -138,10 +183,40 @@ def notes_text(markdown, limit=NOTES):
     return plain_text(opening_sentences(markdown, limit)) if markdown.strip() else ""
 
 
+LONG_EQUATION = 100  # characters of an equation read as text in the notes; longer: named
+
+
+def equation_sentence(before, block, after):
+    """The notes for a displayed equation: the last sentences of the paragraphs `before` it,
+    then, where it is part of a sentence, the equation read as text and the rest of that
+    sentence from the paragraphs `after` it; where nothing leads up to it, what follows."""
+    lead = last_sentences(before[-1], NOTES // MAX_EQUATIONS) if before else ""
+    goes_on = bool(after) and re.match(r"[a-z,.;]", after[0])
+    if lead and lead.endswith((".", "!", "?")) and not goes_on:
+        return lead
+    if not lead and not goes_on:
+        return opening_sentences(after[0], NOTES // MAX_EQUATIONS) if after else ""
+    tex = equation_tex(block)
+    rest = opening_sentences(after[0], 0) if goes_on else ""
+    space = ", " if rest.startswith("where ") else " " if rest[:1].isalpha() else ""
+    # the lead-in, the equation and the rest of its sentence; shorter where that is long
+    for said in (f"${tex}$", "the equation on the slide"):
+        if len(maths(tex)) > LONG_EQUATION and said.startswith("$"):
+            continue
+        for words in (f"{lead} {said}{space}{rest}", f"{opening(lead)}{said}{space}{rest}"):
+            if len(plain_text(words)) <= NOTES // 2:
+                return words.strip()
+    return f"{opening(lead)}the equation on the slide{space}{rest}".strip()
+
+
+def opening(lead):
+    """The unfinished sentence at the end of a lead-in (what the equation completes)."""
+    return re.split(r"(?<=[.!?])\s+", lead)[-1] + " " if lead else ""
+
+
 def lead_in_note(lead):
-    """A lead-in as a line of the notes, "…" where the equation completes its sentence."""
-    note = notes_text(lead, NOTES // MAX_EQUATIONS)
-    return note if not note or note.endswith((".", ":", "?", "!")) else f"{note} …"
+    """A lead-in as a line of the notes, its equation read as text."""
+    return plain_text(lead) if lead.strip() else ""
 
 
 def list_items(markdown):
@@ -156,6 +231,11 @@ def list_items(markdown):
 
 
 # ------------------------------------------------------------------------ the chapter's parts
+
+
+# A sentence that concludes (answers a section's question), one that corrects a number
+CONCLUSION = re.compile(r"^(So|Thus|Hence|Therefore|In short|The answer)\b")
+CORRECTION = re.compile(r"\d[\d.]*%?,? not \$?\d")
 
 
 class Section:
@@ -174,21 +254,39 @@ class Section:
 
     @property
     def lead_ins(self):
-        """For each displayed equation, the sentences just before it (what leads up to it)."""
+        """For each displayed equation, the words that lead up to it: the sentences before it
+        (not those read with the equation before), and the sentence it ends or sits in, the
+        equation read as text (or named, where it is long)."""
         leads = []
         for text in self.prose:
-            for match in DISPLAY_MATH.finditer(text):
-                before = paragraphs(text[: match.start()])
-                after = paragraphs(text[match.end() :])  # where nothing leads up to it
-                if before:
-                    leads.append(last_sentences(before[-1], NOTES // 2))
-                else:
-                    leads.append(opening_sentences(after[0], NOTES // 2) if after else "")
+            found = list(DISPLAY_MATH.finditer(text))
+            for k, match in enumerate(found):
+                before = paragraphs(text[found[k - 1].end() if k else 0 : match.start()])
+                if before and k and re.match(r"[a-z,.;]", before[0]):  # the last one's end
+                    before[0] = (SENTENCE_END.split(before[0], maxsplit=1)[1:] or [""])[0]
+                before = [p for p in before if p.strip()]
+                end = found[k + 1].start() if k + 1 < len(found) else len(text)
+                after = paragraphs(text[match.end() : end])
+                leads.append(equation_sentence(before, match[0], after))
         return leads
 
-    def opening_notes(self):
+    def point(self, shown):
+        """The result of a section without equations, for its slide beside its `shown` opening:
+        where its heading asks a question, the sentence that answers it ("So, ..."); where the
+        section corrects a number, the sentence that does ("... gives 82.2%, not 93.3%");
+        else nothing."""
+        prose = paragraphs("\n\n".join(self.prose))
+        if not prose:
+            return ""
+        later = [prose[0][len(shown) :], *prose[1:]]
+        sentences = [t for p in later for t in SENTENCE_END.split(p.strip()) if t]
+        answer = CONCLUSION if self.heading.rstrip().endswith("?") else CORRECTION
+        found = (t for t in sentences if answer.search(t) and not t.endswith(":"))
+        return next((t for t in found if len(t) <= 2 * SHORT), "")
+
+    def opening_notes(self, point=""):
         """What the slide of a section without equations leaves unsaid: the rest of its first
-        paragraph, then the first sentence of each later one."""
+        paragraph, then the first sentence of each later one (not the `point` it shows)."""
         text = "\n\n".join(self.prose)
         # the paragraphs, or where the section is a list, the first sentence of each item
         items = [opening_sentences(item[2:], 0) for item in list_items(text)]
@@ -200,19 +298,25 @@ class Section:
         later = [p for p in prose[1:] if last_sentences(p, NOTES) not in leads]
         shown = opening_sentences(prose[0])
         rest = [prose[0][len(shown) :].strip()] + [opening_sentences(p, 0) for p in later]
-        return notes_text(" ".join(r for r in rest if r) or prose[0])
+        rest = [r.replace(point, "").strip() if point else r for r in rest]
+        said = " ".join(r for r in rest if r) or prose[0]
+        # a last sentence that introduces what the notes do not hold (a list): left out
+        sentences = SENTENCE_END.split(said)
+        if len(sentences) > 1 and sentences[-1].rstrip().endswith(":"):
+            said = " ".join(sentences[:-1])
+        return notes_text(said)
 
 
 def printed_output(cell):
-    """What a code cell prints (its text outputs), cut to MAX_OUTPUT_LINES lines."""
+    """What a code cell prints (its text outputs), cut to OUTPUT_SLIDE_LINES lines."""
     text = "".join(
         o.get("text", "") if o.output_type == "stream" else o.get("data", {}).get("text/plain", "")
         for o in cell.outputs
         if o.output_type in ("stream", "execute_result")
     )
     lines = text.rstrip("\n").splitlines()
-    if len(lines) > MAX_OUTPUT_LINES:
-        lines = [*lines[:MAX_OUTPUT_LINES], "..."]
+    if len(lines) > OUTPUT_SLIDE_LINES:
+        lines = [*lines[:OUTPUT_SLIDE_LINES], "..."]
     return "\n".join(lines)
 
 
@@ -232,6 +336,7 @@ class Lecture:
         self.title = ""
         # the figures numbered as the website and the learner edition number them
         self.figures = {id(c): k for k, c in enumerate(learner._figure_cells(self.notebook), 1)}
+        self._awaiting = None  # the section whose last code cell waits for its next paragraph
         self._read(exercises.parse(self.notebook))
 
     def _read(self, items):
@@ -256,6 +361,7 @@ class Lecture:
             self.title, self.opening = title[2:].strip(), first_paragraph(rest)
             return section
         pieces = HEADING.split(text)  # [before, hashes, heading, body, hashes, heading, ...]
+        self._follow_code(pieces[0])
         if section is not None and pieces[0].strip():
             section.prose.append(pieces[0])
         for k in range(1, len(pieces), 3):
@@ -267,16 +373,29 @@ class Lecture:
             self.sections.append(section)
         return section
 
+    def _follow_code(self, text):
+        """The first paragraph after a code cell of the slides (what the chapter says of what
+        it prints), into that cell's item; none where a heading follows."""
+        section, self._awaiting = self._awaiting, None
+        after = paragraphs(text)
+        if section is None or not after:
+            return
+        k = max(k for k, item in enumerate(section.items) if item[0] == "code")
+        section.items[k] = (*section.items[k][:4], after[0])
+
     def _read_code(self, cell, section):
         number = self.figures.get(id(cell))
         if number and section is not None:
             caption = cell.metadata["mystnb"]["figure"]["caption"]
             caption = learner.convert_markdown(caption, self.chapter)
-            section.items.append(("figure", number, caption, figure_png(cell)))
+            before = paragraphs(section.prose[-1]) if section.prose else []
+            lead = last_sentences(before[-1], NOTES) if before else ""
+            section.items.append(("figure", number, caption, figure_png(cell), lead))
         if SLIDE_TAG in cell.metadata.get("tags", []) and section is not None:
             before = paragraphs(section.prose[-1]) if section.prose else []
             lead = last_sentences(before[-1], NOTES) if before else ""
-            section.items.append(("code", cell.source, printed_output(cell), lead))
+            section.items.append(("code", cell.source, printed_output(cell), lead, ""))
+            self._awaiting = section  # the paragraph after the cell, once it is read
 
     def exercise_lines(self):
         return [
@@ -306,32 +425,104 @@ def section_slides(lecture, section, images):
         leads = section.lead_ins
         notes = ["<br>".join(map(lead_in_note, leads[k : k + MAX_EQUATIONS])) for k in groups]
     else:  # or one with the section's opening sentences
-        bodies = [render(opening_sentences(first_paragraph("\n\n".join(section.prose))))]
-        notes = [section.opening_notes()]
+        opening = opening_sentences(first_paragraph("\n\n".join(section.prose)))
+        point = section.point(opening)
+        bodies = [
+            render(opening)
+            + (render(point).replace("<p>", "<p class='point'>", 1) if point else "")
+        ]
+        notes = [section.opening_notes(point)]
     kind = "equations" if equations else ""
     slides = [
         slide((heading if k == 0 else subheading) + body, note, kind)
         for k, (body, note) in enumerate(zip(bodies, notes))
     ]
+    said = set(notes)  # no two slides with the same notes
     for item in section.items:
         if item[0] == "figure":
-            _, number, caption, png = item
+            _, number, caption, png, lead = item
             name = f"{lecture.path.stem}-figure-{number}.png"
             images[name] = base64.b64decode(png)
             label = f"Figure {lecture.number}.{number}"
+            shown = opening_sentences(caption, CAPTION)
             figure = (
                 f'<figure><img src="img/{name}" alt="{label}: {plain_text(caption)}">'
-                f"<figcaption>{render(f'{label}. {opening_sentences(caption, 160)}')}"
-                "</figcaption></figure>"
+                f"<figcaption>{render(f'{label}. {shown}')}</figcaption></figure>"
             )
-            slides.append(slide(subheading + figure, notes_text(caption), "figure"))
+            notes = figure_notes(lecture, number, caption[len(shown) :], lead)
+            if notes in said:  # the figure before says it already
+                notes = plain_text(f"{label}: the chapter says no more of it than its caption.")
+            said.add(notes)
+            slides.append(slide(subheading + figure, notes, "figure"))
         else:
-            _, source, output, lead = item
-            code = f"<pre><code class='python' tabindex='0'>{html.escape(source)}</code></pre>"
-            if output:
-                code += f"<pre class='output'>{html.escape(output)}</pre>"
-            slides.append(slide(subheading + code, notes_text(lead), "code"))
+            slides.extend(code_slides(subheading, section, item))
     return slides
+
+
+# The code slides' type sizes (em of the slide's 30 px), largest first: the largest at which a
+# cell's code and what it prints fit under the heading; its output goes on a slide of its own
+# where it is long, or where they do not fit together even at the smallest size but one.
+CODE_SIZES = {"": 0.6, "code-m": 0.5, "code-s": 0.42, "code-xs": 0.36}
+OUTPUT_SCALE = 0.87  # the output's type, against the code's
+CODE_ROOM = 600, 1180  # px of the 1280 x 720 slide left under the heading: height, width
+SLIDE_PX = 30
+
+
+def code_height(lines, em):
+    """The height in px of a block of `lines` lines at `em` (line height 1.2, its padding and
+    margins about 2.5 lines)."""
+    return (lines * 1.2 + 2.5) * em * SLIDE_PX if lines else 0
+
+
+def code_size(source, output, sizes=CODE_SIZES):
+    """The largest of `sizes` ({class: em}) at which the code and its output fit under the
+    heading (a monospaced character is 0.6 em wide); None where none does."""
+    code, printed = source.splitlines() or [""], output.splitlines()
+    longest = max(map(len, code + printed))
+    height, width = CODE_ROOM
+    for name, em in sizes.items():
+        tall = code_height(len(code), em) + code_height(len(printed), em * OUTPUT_SCALE)
+        if tall <= height and longest * 0.6 * em * SLIDE_PX <= width:
+            return name
+    return None
+
+
+def code_slides(subheading, section, item):
+    """A code cell's slide, its type sized to fit; what it prints on the next slide where it
+    is long or the two do not fit together."""
+    _, source, output, lead, after = item
+    together = dict(list(CODE_SIZES.items())[:-1])  # not the smallest: split first
+    size = code_size(source, output, together)
+    apart = bool(output) and (size is None or len(output.splitlines()) > MAX_OUTPUT_LINES)
+    size = code_size(source, "", together) if apart else size
+    if size is None:
+        size = code_size(source, "") or list(CODE_SIZES)[-1]
+    code = f"<pre><code class='python' tabindex='0'>{html.escape(source)}</code></pre>"
+    printed = f"<pre class='output'>{html.escape(output)}</pre>" if output else ""
+    kind = f"code {size}".strip()
+    if not apart:
+        return [slide(subheading + code + printed, notes_text(lead), kind)]
+    shown = slide(subheading + code, notes_text(lead), kind)
+    said = notes_text(after) or "What the code on the slide before prints."
+    return [shown, slide(subheading + "<p class='kicker'>It prints</p>" + printed, said, "output")]
+
+
+CAPTION = 160  # characters of a figure's caption under it on the slide
+FEW_WORDS = 60  # characters: notes this short say too little on their own
+
+
+def figure_notes(lecture, number, unshown, lead):
+    """What a figure's slide does not show: what the chapter says where it refers to the
+    figure ("Fig. 4.2 shows ..."), then the rest of its caption; else the paragraph that leads
+    up to it; never the caption the slide shows."""
+    cited = re.compile(rf"\bFig(?:ure|\.)\s*{lecture.number}\.{number}(?!\d)")
+    texts = [p for section in lecture.sections for p in paragraphs("\n\n".join(section.prose))]
+    refers = next((p for p in texts if cited.search(p)), "")
+    refers = " ".join(t for t in SENTENCE_END.split(refers) if cited.search(t))  # its words
+    said = " ".join(t for t in (refers, unshown.strip()) if t)
+    if len(said) < FEW_WORDS:  # little or nothing: what leads up to the figure too
+        said = f"{said} {lead}".strip()
+    return notes_text(said) or plain_text("The chapter says no more of it than its caption.")
 
 
 def summary_slides(lecture):
@@ -343,14 +534,19 @@ def summary_slides(lecture):
             groups.append([])
         groups[-1].append(bullet)
     checks = len(concepts.load(lecture.number)) if lecture.number in CONCEPT_CHAPTERS else 0
-    notes = (
-        f"What the chapter leaves behind. The {checks} concept checks that follow test it: "
-        "ask the room, then reveal the answer, which these notes give."
-        if checks
-        else "What the chapter leaves behind."
+    first = lecture.exercise_lines()[:1]
+    notes = plain_text(
+        f"The chapter in {len(bullets)} points. "
+        + (
+            f"The {checks} concept checks that follow test them: ask the room, then reveal "
+            "the answer, which these notes give. "
+            if checks
+            else ""
+        )
+        + (f"To set afterwards: {first[0]}." if first else "")
     )
     later = "The summary, continued ({} of {})" + (
-        ": the concept checks follow." if checks else "."
+        f": the {checks} concept checks follow." if checks else "."
     )
     return [
         slide(
@@ -380,9 +576,20 @@ def concept_slides(lecture):
             body += f"<{tag}>{options}</{tag.split()[0]}>"
         if q.kind == "order":
             body += "<p class='hint'>Put these steps in order.</p>"
-        notes = html.escape(f"Answer: {q.shown_answer}. {q.explanation}")
+        notes = html.escape(unicode_maths(f"Answer: {sentence(q.shown_answer)} {q.explanation}"))
         slides.append(slide(body, notes, "concept"))
     return slides
+
+
+def points(number):
+    """3 -> "3 points", 1 -> "1 point", 2.5 -> "2.5 points"."""
+    return f"{number:g} point{'s' * (number != 1)}"
+
+
+def sentence(text):
+    """`text` ended with a full stop, unless it ends a sentence already."""
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else f"{text}."
 
 
 def exercise_notes(lecture):
@@ -392,9 +599,9 @@ def exercise_notes(lecture):
     for k, exercise in enumerate(exercises.exercises(lecture.notebook), 1):
         kind = "self-checked code" if exercise.is_coding else "written, graded with its rubric"
         if exercise.is_coding and exercise.written_points:
-            kind += f" and a written part ({exercise.written_points:g} points by its rubric)"
-        points = exercises.total_points(exercise.record)
-        lines.append(html.escape(f"{lecture.number}.{k}: {kind}; {points:g} points."))
+            kind += f" and a written part ({points(exercise.written_points)} by its rubric)"
+        total = points(exercises.total_points(exercise.record))
+        lines.append(html.escape(f"{lecture.number}.{k}: {kind}; {total}."))
     return "<br>".join(lines)
 
 
@@ -472,6 +679,22 @@ TEMPLATE = """<!doctype html>
   // 16:9 at 1280 x 720, scaled to the screen; the slide number and the URL follow the slide.
   Reveal.initialize({{width: 1280, height: 720, hash: true, slideNumber: "c/t",
                       transition: "fade", transitionSpeed: "fast", plugins: [RevealNotes]}});
+  // A displayed equation wider than the slide scaled down to fit it (MathJax sizes it in em),
+  // on each slide as it is shown, once MathJax has typeset the deck.
+  function fitEquations(slide) {{
+    for (const box of slide ? slide.querySelectorAll(".math mjx-container") : []) {{
+      const math = box.querySelector("mjx-math"), room = box.parentElement;
+      const width = math ? math.getBoundingClientRect().width : 0;
+      const fits = room.getBoundingClientRect().width;
+      if (width > fits && fits > 0) {{
+        const size = parseFloat(getComputedStyle(box).fontSize);
+        box.style.fontSize = (size * fits / width * 0.98) + "px";
+      }}
+    }}
+  }}
+  window.addEventListener("load", () => MathJax.startup.promise.then(
+    () => fitEquations(Reveal.getCurrentSlide())));
+  Reveal.on("slidechanged", event => fitEquations(event.currentSlide));
 </script>
 </body>
 </html>
