@@ -37,6 +37,7 @@ from attention_course import (
     decoding,
     deltanet,
     diagrams,
+    head_diagrams,
     latent,
     linear,
     masking,
@@ -1158,6 +1159,31 @@ REGISTRY = {
             dict(layer=tiny_latent_attention()),
         ),
         {"layer": INSTANCE},
+    ),
+    "attention_course.head_diagrams.draw_multi_head": Case(
+        lambda: (closing_figures(head_diagrams.draw_multi_head), dict(d_model=12, num_heads=3)),
+        {
+            "d_model": COUNT + [Bad("not a multiple of num_heads", constant(10), ValueError)],
+            "num_heads": COUNT
+            + [
+                Bad("not dividing d_model", constant(5), ValueError),
+                Bad("too many to draw", constant(12), ValueError),
+            ],
+        },
+    ),
+    "attention_course.head_diagrams.draw_packed_projections": Case(
+        lambda: (
+            closing_figures(head_diagrams.draw_packed_projections),
+            dict(d_model=12, num_heads=3),
+        ),
+        {
+            "d_model": COUNT + [Bad("not a multiple of num_heads", constant(10), ValueError)],
+            "num_heads": COUNT
+            + [
+                Bad("not dividing d_model", constant(5), ValueError),
+                Bad("too many to draw", constant(12), ValueError),
+            ],
+        },
     ),
     # plotting
     "attention_course.plotting.plot_attention": Case(

@@ -18,6 +18,8 @@ from attention_course import (
     draw_encoder_decoder,
     draw_latent_attention,
     draw_linear_recurrence,
+    draw_multi_head,
+    draw_packed_projections,
     draw_rotary_pairs,
     draw_tiled_scores,
 )
@@ -221,6 +223,55 @@ def test_the_two_pairings_join_the_right_dimensions(head_dim):
     assert [t for t in drawn if t.isdigit()] == [str(j) for j in range(head_dim)] * 2
 
 
+# ------------------------------------------------------------------------ multi-head attention
+
+
+@pytest.mark.parametrize("d_model, num_heads", [(12, 3), (32, 4), (8, 1), (64, 8)])
+def test_multi_head_draws_one_head_and_one_block_per_head(d_model, num_heads):
+    fig = draw_multi_head(d_model, num_heads)
+    heads, blocks = with_gid(fig, "head"), with_gid(fig, "block")
+    assert len(heads) == num_heads and len(blocks) == num_heads
+    # head i owns columns i * d_h ... (i + 1) * d_h - 1: counted here from the blocks' widths
+    width = d_model / num_heads
+    for i, head in enumerate(heads):
+        first, last = round(i * width), round((i + 1) * width) - 1
+        assert head.get_text().startswith(f"head {i}: ")
+        assert f"columns {first}–{last} of each projection" in head.get_text()
+        assert f"\\sqrt{{{round(width)}}}" in head.get_text()  # the scale is 1/sqrt(d_h)
+    # the blocks of the concatenation are stacked without a gap, as tall as each other
+    tops = sorted(block.get_y() for block in blocks)
+    heights = {round(block.get_height(), 9) for block in blocks}
+    assert len(heights) == 1
+    height = heights.pop()
+    assert tops == pytest.approx([tops[0] + k * height for k in range(num_heads)])
+
+
+def test_multi_heads_sizes_come_from_its_arguments():
+    drawn = joined(draw_multi_head(12, 3))
+    assert drawn.count("$12 \\to 12$") == 2  # W_Q, W_K, W_V together, and W_O
+    assert "$n_q \\times 12$" in drawn and "$n_k \\times 12$" in drawn
+    assert "$H = 3$ heads of $d_h = 12 / 3 = 4$ features each" in drawn
+    other = joined(draw_multi_head(32, 8))
+    assert "$32 \\to 32$" in other and "$d_h = 32 / 8 = 4$" in other and "12 \\to" not in other
+
+
+@pytest.mark.parametrize("d_model, num_heads", [(16, 4), (12, 3), (8, 1), (64, 8)])
+def test_the_packed_weight_has_a_band_per_head_and_role(d_model, num_heads):
+    fig = draw_packed_projections(d_model, num_heads)
+    bands, heads = with_gid(fig, "band"), with_gid(fig, "head")
+    assert len(bands) == 3 * num_heads and len(heads) == 3 * num_heads
+    drawn = joined(fig)
+    assert f"in_proj_weight  $({3 * d_model}, {d_model})$" in drawn
+    for name in ("q", "k", "v"):
+        assert f"{name}_proj.weight  $({d_model}, {d_model})$" in drawn
+    # W_K's block starts where W_Q's ends, one d_model of rows later
+    assert f"$W_K$: rows {d_model}–{2 * d_model - 1}" in drawn
+    last = d_model - d_model // num_heads
+    assert f"head {num_heads - 1}: rows {last}–{d_model - 1}" in drawn
+    # every band as tall as every other: one head's d_h rows each
+    assert len({round(patch.get_height(), 9) for patch in bands + heads}) == 1
+
+
 # --------------------------------------------------------------------------- door checks
 
 
@@ -240,6 +291,9 @@ def test_the_two_pairings_join_the_right_dimensions(head_dim):
         (lambda: draw_encoder_decoder(["3", "1"], ["d"], 1, [0.9, 0.9]), ValueError, "weights"),
         (lambda: draw_latent_attention(torch.nn.Linear(2, 2)), TypeError, "layer"),
         (lambda: draw_rotary_pairs(7), ValueError, "head_dim"),
+        (lambda: draw_multi_head(12, 5), ValueError, "num_heads"),
+        (lambda: draw_multi_head(12.0, 3), TypeError, "d_model"),
+        (lambda: draw_packed_projections(12, 9), ValueError, "num_heads"),
     ],
 )
 def test_bad_arguments_are_named(call, error, names):

@@ -18,6 +18,7 @@ from . import (
     decoding,
     deltanet,
     diagrams,
+    head_diagrams,
     latent,
     linear,
     masking,
@@ -58,6 +59,7 @@ from .diagrams import (
     draw_rotary_pairs,
     draw_tiled_scores,
 )
+from .head_diagrams import draw_multi_head, draw_packed_projections
 from .latent import LatentCache, MultiHeadLatentAttention, latent_cache_bytes
 from .linear import delta_rule, linear_attention
 from .masking import causal_mask, decoding_mask, masked_softmax, valid_lens_mask
@@ -134,6 +136,8 @@ __all__ = [
     "draw_encoder_decoder",
     "draw_latent_attention",
     "draw_linear_recurrence",
+    "draw_multi_head",
+    "draw_packed_projections",
     "draw_rotary_pairs",
     "draw_tiled_scores",
     "dot_product_scores",
@@ -141,6 +145,7 @@ __all__ = [
     "gated_attention",
     "generate_continuous",
     "hbm_bytes",
+    "head_diagrams",
     "hybrid_cache_bytes",
     "kernel_scores",
     "kv_cache_bytes",

@@ -1,5 +1,5 @@
 """Diagrams drawn in code: the parts of a model or an algorithm, and what flows between them
-(chapters 6, 10, 11, 12, 14, 15 and 16).
+(chapters 6, 10, 11, 12, 14, 15 and 16; chapter 8's are in `head_diagrams`).
 
 The colours are `plotting`'s Okabe–Ito palette, as light tints behind black text, so that every
 label reads in grey and in print; a box's border says what the tint says (dashed: cached).
@@ -11,87 +11,29 @@ patch (`ax.patches`, the tiles, states and chunks with a `gid` naming them).
 
 import math
 
-import matplotlib.pyplot as plt
 import torch
-from matplotlib.colors import to_rgb
 from matplotlib.patches import Arc, Rectangle
 
+from ._drawing import (
+    BLUE,
+    EDGE,
+    GREEN,
+    ORANGE,
+    PINK,
+    SKY,
+    YELLOW,
+    arrow,
+    box,
+    canvas,
+    line,
+    note,
+    plus,
+    tint,
+)
 from ._shapes import require_instance, require_int, require_rank, shape_of, type_name
 from .config import DecoderConfig
 from .latent import MultiHeadLatentAttention
 from .plotting import LINE_STYLES, OKABE_ITO
-
-BLUE, ORANGE, GREEN, PINK, YELLOW, SKY = OKABE_ITO[:6]
-EDGE = "0.25"
-
-
-def _tint(colour, amount=0.25):
-    """`colour` mixed with white: `amount` of the colour (light fills behind black text)."""
-    return tuple(amount * c + (1 - amount) for c in to_rgb(colour))
-
-
-def _canvas(width, height, xlim, ylim):
-    fig, ax = plt.subplots(figsize=(width, height), constrained_layout=True)
-    ax.set_xlim(*xlim)
-    ax.set_ylim(*ylim)
-    ax.axis("off")
-    return fig, ax
-
-
-def _box(ax, x, y, text, colour=None, fontsize=9, dashed=False, gid=None):
-    """A rounded box with `text` centred at (x, y)."""
-    ax.text(
-        x,
-        y,
-        text,
-        ha="center",
-        va="center",
-        fontsize=fontsize,
-        gid=gid,
-        bbox=dict(
-            boxstyle="round,pad=0.35",
-            facecolor="white" if colour is None else _tint(colour),
-            edgecolor=EDGE if colour is None else colour,
-            linestyle="--" if dashed else "-",
-            linewidth=1.4 if dashed else 1.0,
-        ),
-    )
-
-
-def _arrow(ax, start, end, colour=EDGE, width=1.2, style="-|>", dashed=False, shrink=0):
-    ax.annotate(
-        "",
-        xy=end,
-        xytext=start,
-        arrowprops=dict(
-            arrowstyle=style,
-            color=colour,
-            lw=width,
-            linestyle="--" if dashed else "-",
-            shrinkA=shrink,
-            shrinkB=shrink,
-        ),
-    )
-
-
-def _line(ax, xs, ys, colour=EDGE, width=1.2, dashed=False):
-    ax.plot(xs, ys, color=colour, linewidth=width, linestyle="--" if dashed else "-")
-
-
-def _note(ax, x, y, text, ha="center", fontsize=8.5, colour="0.2", **options):
-    ax.text(x, y, text, ha=ha, va="center", fontsize=fontsize, color=colour, **options)
-
-
-def _plus(ax, x, y, symbol="+"):
-    ax.text(
-        x,
-        y,
-        symbol,
-        ha="center",
-        va="center",
-        fontsize=12,
-        bbox=dict(boxstyle="circle,pad=0.15", facecolor="white", edgecolor=EDGE),
-    )
 
 
 def draw_decoder_block(config):
@@ -102,34 +44,34 @@ def draw_decoder_block(config):
     require_instance("config", config, DecoderConfig, "a DecoderConfig")
     d, heads, kv_heads = config.embed_dim, config.num_heads, config.num_kv_heads
     d_h, hidden = config.head_dim, config.hidden_dim
-    fig, ax = _canvas(6.4, 8.2, (-1.9, 6.0), (-0.7, 12.7))
+    fig, ax = canvas(6.4, 8.2, (-1.9, 6.0), (-0.7, 12.7))
     # the residual stream, bottom to top
-    _box(ax, 0, 0, f"hidden states\n$n \\times {d}$")
-    _line(ax, [0, 0], [0.45, 5.9])
-    _plus(ax, 0, 6.2)
-    _line(ax, [0, 0], [6.5, 10.95])
-    _plus(ax, 0, 11.25)
-    _arrow(ax, (0, 11.55), (0, 12.05))
-    _box(ax, 0, 12.35, f"to the next block  $n \\times {d}$", fontsize=8.5)
+    box(ax, 0, 0, f"hidden states\n$n \\times {d}$")
+    line(ax, [0, 0], [0.45, 5.9])
+    plus(ax, 0, 6.2)
+    line(ax, [0, 0], [6.5, 10.95])
+    plus(ax, 0, 11.25)
+    arrow(ax, (0, 11.55), (0, 12.05))
+    box(ax, 0, 12.35, f"to the next block  $n \\times {d}$", fontsize=8.5)
     # attention, on a normalised copy
-    _line(ax, [0, 2.6], [0.8, 0.8])
-    _arrow(ax, (2.6, 0.8), (2.6, 1.3))
-    _box(ax, 2.6, 1.6, f"RMSNorm  ($\\gamma \\in \\mathbb{{R}}^{{{d}}}$)", GREEN)
+    line(ax, [0, 2.6], [0.8, 0.8])
+    arrow(ax, (2.6, 0.8), (2.6, 1.3))
+    box(ax, 2.6, 1.6, f"RMSNorm  ($\\gamma \\in \\mathbb{{R}}^{{{d}}}$)", GREEN)
     projections = [
         (1.0, "$W_Q$", heads, BLUE),
         (2.6, "$W_K$", kv_heads, BLUE),
         (4.2, "$W_V$", kv_heads, BLUE),
     ]
     for x, name, count, colour in projections:
-        _arrow(ax, (2.6, 1.9), (x, 2.6))
-        _box(ax, x, 2.95, f"{name}\n${d} \\to {count} \\times {d_h}$", colour, fontsize=8.5)
+        arrow(ax, (2.6, 1.9), (x, 2.6))
+        box(ax, x, 2.95, f"{name}\n${d} \\to {count} \\times {d_h}$", colour, fontsize=8.5)
     for x in (1.0, 2.6):
-        _arrow(ax, (x, 3.35), (x, 3.75))
-        _box(ax, x, 4.05, f"RoPE\nbase {config.rope_base:,.0f}", PINK, fontsize=8)
-        _arrow(ax, (x, 4.4), (x, 4.75))
-    _arrow(ax, (4.2, 3.35), (4.2, 4.75))
+        arrow(ax, (x, 3.35), (x, 3.75))
+        box(ax, x, 4.05, f"RoPE\nbase {config.rope_base:,.0f}", PINK, fontsize=8)
+        arrow(ax, (x, 4.4), (x, 4.75))
+    arrow(ax, (4.2, 3.35), (4.2, 4.75))
     group = heads // kv_heads
-    _box(
+    box(
         ax,
         2.6,
         5.15,
@@ -138,30 +80,30 @@ def draw_decoder_block(config):
         BLUE,
         fontsize=8.5,
     )
-    _arrow(ax, (2.6, 5.6), (2.6, 5.9))
-    _box(ax, 2.6, 6.2, f"$W_O$  ${heads} \\times {d_h} \\to {d}$", BLUE, fontsize=8.5)
-    _arrow(ax, (1.75, 6.2), (0.25, 6.2))
+    arrow(ax, (2.6, 5.6), (2.6, 5.9))
+    box(ax, 2.6, 6.2, f"$W_O$  ${heads} \\times {d_h} \\to {d}$", BLUE, fontsize=8.5)
+    arrow(ax, (1.75, 6.2), (0.25, 6.2))
     # the feed-forward network, on a normalised copy
-    _line(ax, [0, 2.6], [6.9, 6.9])
-    _arrow(ax, (2.6, 6.9), (2.6, 7.3))
-    _box(ax, 2.6, 7.6, f"RMSNorm  ($\\gamma \\in \\mathbb{{R}}^{{{d}}}$)", GREEN)
+    line(ax, [0, 2.6], [6.9, 6.9])
+    arrow(ax, (2.6, 6.9), (2.6, 7.3))
+    box(ax, 2.6, 7.6, f"RMSNorm  ($\\gamma \\in \\mathbb{{R}}^{{{d}}}$)", GREEN)
     for x, name in ((1.5, "$W_\\mathrm{gate}$"), (3.7, "$W_\\mathrm{up}$")):
-        _arrow(ax, (2.6, 7.9), (x, 8.35))
-        _box(ax, x, 8.7, f"{name}  ${d} \\to {hidden}$", ORANGE, fontsize=8.5)
-    _arrow(ax, (1.5, 9.0), (1.5, 9.3))
-    _box(ax, 1.5, 9.6, "SiLU", ORANGE, fontsize=8.5)
-    _arrow(ax, (1.5, 9.9), (2.42, 10.25))
-    _arrow(ax, (3.7, 9.0), (2.78, 10.25))
-    _plus(ax, 2.6, 10.4, "$\\odot$")
-    _arrow(ax, (2.6, 10.65), (2.6, 10.95))
-    _box(ax, 2.6, 11.25, f"$W_\\mathrm{{down}}$  ${hidden} \\to {d}$", ORANGE, fontsize=8.5)
-    _arrow(ax, (1.65, 11.25), (0.25, 11.25))
+        arrow(ax, (2.6, 7.9), (x, 8.35))
+        box(ax, x, 8.7, f"{name}  ${d} \\to {hidden}$", ORANGE, fontsize=8.5)
+    arrow(ax, (1.5, 9.0), (1.5, 9.3))
+    box(ax, 1.5, 9.6, "SiLU", ORANGE, fontsize=8.5)
+    arrow(ax, (1.5, 9.9), (2.42, 10.25))
+    arrow(ax, (3.7, 9.0), (2.78, 10.25))
+    plus(ax, 2.6, 10.4, "$\\odot$")
+    arrow(ax, (2.6, 10.65), (2.6, 10.95))
+    box(ax, 2.6, 11.25, f"$W_\\mathrm{{down}}$  ${hidden} \\to {d}$", ORANGE, fontsize=8.5)
+    arrow(ax, (1.65, 11.25), (0.25, 11.25))
     # what repeats, and what each half is
-    _line(ax, [-1.1, -1.25, -1.25, -1.1], [0.5, 0.5, 11.8, 11.8], colour="0.4")
-    _note(ax, -1.55, 6.1, f"× {config.num_layers} blocks", rotation=90, fontsize=10)
-    _note(ax, 5.3, 4.1, "attention", rotation=90, colour=BLUE, fontsize=9.5)
-    _note(ax, 5.3, 9.4, "SwiGLU feed-forward", rotation=90, colour="#A04000", fontsize=9.5)
-    _note(ax, -0.15, 3.3, "residual\nstream", ha="right", fontsize=8)
+    line(ax, [-1.1, -1.25, -1.25, -1.1], [0.5, 0.5, 11.8, 11.8], colour="0.4")
+    note(ax, -1.55, 6.1, f"× {config.num_layers} blocks", rotation=90, fontsize=10)
+    note(ax, 5.3, 4.1, "attention", rotation=90, colour=BLUE, fontsize=9.5)
+    note(ax, 5.3, 9.4, "SwiGLU feed-forward", rotation=90, colour="#A04000", fontsize=9.5)
+    note(ax, -0.15, 3.3, "residual\nstream", ha="right", fontsize=8)
     return fig
 
 
@@ -187,7 +129,7 @@ def draw_tiled_scores(n_queries, n_keys, query_block, key_block, row=0):
     width, height = n_keys, n_queries
     unit = max(width / 6.0, height / 4.0)  # data units per inch, the grid at most 6 x 4 in
     strip = 2.2 * unit  # room under the grid for the running statistics
-    fig, ax = _canvas(
+    fig, ax = canvas(
         width / unit + 2.6,
         height / unit + 2.6,
         (-1.6 * unit, width + unit),
@@ -203,28 +145,28 @@ def draw_tiled_scores(n_queries, n_keys, query_block, key_block, row=0):
                     (k0, q0),
                     tile_width,
                     tile_height,
-                    facecolor=_tint(BLUE, 0.45) if r == row else "0.93",
+                    facecolor=tint(BLUE, 0.45) if r == row else "0.93",
                     edgecolor="white",
                     linewidth=2,
                     gid="tile",
                 )
             )
             if r == row:
-                _note(ax, k0 + tile_width / 2, q0 + tile_height / 2, f"$S_{{{r}{c}}}$", fontsize=9)
+                note(ax, k0 + tile_width / 2, q0 + tile_height / 2, f"$S_{{{r}{c}}}$", fontsize=9)
     for c in range(cols):
         k0 = c * key_block
         centre = k0 + min(key_block, n_keys - k0) / 2
-        _note(ax, centre, -0.35 * unit, f"$K_{{{c}}}, V_{{{c}}}$", fontsize=8.5)
+        note(ax, centre, -0.35 * unit, f"$K_{{{c}}}, V_{{{c}}}$", fontsize=8.5)
     q_centre = row * query_block + min(query_block, n_queries - row * query_block) / 2
-    _note(ax, -0.15 * unit, q_centre, f"$Q_{{{row}}}$", ha="right", fontsize=9)
-    _note(
+    note(ax, -0.15 * unit, q_centre, f"$Q_{{{row}}}$", ha="right", fontsize=9)
+    note(
         ax,
         width / 2,
         -0.8 * unit,
         f"{n_keys} keys in blocks of $B_c = {key_block}$",
         fontsize=9,
     )
-    _note(
+    note(
         ax,
         -1.05 * unit,
         height / 2,
@@ -235,17 +177,17 @@ def draw_tiled_scores(n_queries, n_keys, query_block, key_block, row=0):
     # the running statistics of query block `row`, under the grid
     y, half = height + 0.9 * unit, 0.36 * unit  # half: about half a state box's width
     start = -0.8 * unit
-    _box(ax, start, y, "$m = -\\infty$\n$\\ell = 0,\\ A = 0$", fontsize=8)
+    box(ax, start, y, "$m = -\\infty$\n$\\ell = 0,\\ A = 0$", fontsize=8)
     previous = start + 0.15 * unit
     for c in range(cols):
         k0 = c * key_block
         centre = k0 + min(key_block, n_keys - k0) / 2
-        _line(ax, [centre, centre], [q_centre, y - 0.3 * unit], colour=BLUE, width=0.8, dashed=True)
-        _arrow(ax, (previous + half, y), (centre - half, y))
-        _box(ax, centre, y, f"$m, \\ell, A$\nafter $S_{{{row}{c}}}$", SKY, fontsize=8)
+        line(ax, [centre, centre], [q_centre, y - 0.3 * unit], colour=BLUE, width=0.8, dashed=True)
+        arrow(ax, (previous + half, y), (centre - half, y))
+        box(ax, centre, y, f"$m, \\ell, A$\nafter $S_{{{row}{c}}}$", SKY, fontsize=8)
         previous = centre
-    _arrow(ax, (previous, y + 0.35 * unit), (previous, y + 0.85 * unit))
-    _note(
+    arrow(ax, (previous, y + 0.35 * unit), (previous, y + 0.85 * unit))
+    note(
         ax,
         previous,
         y + 1.1 * unit,
@@ -262,18 +204,18 @@ def draw_linear_recurrence(n_tokens):
     Chapter 16."""
     require_int("n_tokens", n_tokens, 1)
     step = 1.9
-    fig, ax = _canvas(1.45 * (n_tokens + 1) + 0.6, 3.0, (-1.0, step * n_tokens + 1.0), (-1.7, 1.75))
-    _box(ax, 0, 0, "$S_0 = 0$\n$z_0 = 0$", ORANGE, gid="state", fontsize=9)
+    fig, ax = canvas(1.45 * (n_tokens + 1) + 0.6, 3.0, (-1.0, step * n_tokens + 1.0), (-1.7, 1.75))
+    box(ax, 0, 0, "$S_0 = 0$\n$z_0 = 0$", ORANGE, gid="state", fontsize=9)
     for t in range(1, n_tokens + 1):
         x = step * t
-        _arrow(ax, (x - step + 0.5, 0), (x - 0.5, 0), shrink=0)
-        _note(ax, x - step / 2, 0.28, "$+$", fontsize=11)
-        _box(ax, x, 0, f"$S_{{{t}}}$, $z_{{{t}}}$", ORANGE, gid="state", fontsize=9)
-        _note(ax, x - step / 2, -1.2, f"$\\phi(k_{{{t}}})\\, v_{{{t}}}^\\top$", fontsize=9)
-        _arrow(ax, (x - step / 2, -0.95), (x - step / 2, -0.12), colour=GREEN)
-        _note(ax, x, 1.45, f"$q_{{{t}}} \\to o_{{{t}}}$", fontsize=9)
-        _arrow(ax, (x, 0.3), (x, 1.2), colour=BLUE)
-    _note(
+        arrow(ax, (x - step + 0.5, 0), (x - 0.5, 0), shrink=0)
+        note(ax, x - step / 2, 0.28, "$+$", fontsize=11)
+        box(ax, x, 0, f"$S_{{{t}}}$, $z_{{{t}}}$", ORANGE, gid="state", fontsize=9)
+        note(ax, x - step / 2, -1.2, f"$\\phi(k_{{{t}}})\\, v_{{{t}}}^\\top$", fontsize=9)
+        arrow(ax, (x - step / 2, -0.95), (x - step / 2, -0.12), colour=GREEN)
+        note(ax, x, 1.45, f"$q_{{{t}}} \\to o_{{{t}}}$", fontsize=9)
+        arrow(ax, (x, 0.3), (x, 1.2), colour=BLUE)
+    note(
         ax,
         step * n_tokens / 2,
         -1.55,
@@ -297,14 +239,14 @@ def draw_chunked_state(n_tokens, chunk_size):
     gap = 0.7 / cell  # tokens' worth of space between chunks
     span = n_tokens + gap * (chunks - 1)
     side = min(chunk_size, n_tokens)
-    fig, ax = _canvas(
+    fig, ax = canvas(
         (span + 2.2 / cell) * cell,
         side * cell + 2.3,
         (-1.6 / cell, span + 0.6 / cell),
         (side + 1.6 / cell, -0.75 / cell),
     )
     state_y = side + 0.75 / cell
-    _box(ax, -1.0 / cell, state_y, "$S_0$", ORANGE, fontsize=9)
+    box(ax, -1.0 / cell, state_y, "$S_0$", ORANGE, fontsize=9)
     previous = -1.0 / cell
     for index in range(chunks):
         start = index * chunk_size
@@ -318,17 +260,17 @@ def draw_chunked_state(n_tokens, chunk_size):
         )
         for r in range(size):  # token r of the chunk reads tokens 0..r of the chunk
             ax.add_patch(
-                Rectangle((left, r), r + 1, 1, facecolor=_tint(colour, 0.6), edgecolor="none")
+                Rectangle((left, r), r + 1, 1, facecolor=tint(colour, 0.6), edgecolor="none")
             )
-        _note(ax, left + size / 2, -0.3 / cell, f"tokens {start + 1}–{start + size}", fontsize=8)
-        _arrow(
+        note(ax, left + size / 2, -0.3 / cell, f"tokens {start + 1}–{start + size}", fontsize=8)
+        arrow(
             ax, (previous + 0.1 / cell, state_y - 0.2 / cell), (left, size), dashed=True, width=0.9
         )
         end = left + size
-        _arrow(ax, (previous + 0.3 / cell, state_y), (end - 0.3 / cell, state_y))
-        _box(ax, end, state_y, f"$S_{{{start + size}}}$", ORANGE, fontsize=9)
+        arrow(ax, (previous + 0.3 / cell, state_y), (end - 0.3 / cell, state_y))
+        box(ax, end, state_y, f"$S_{{{start + size}}}$", ORANGE, fontsize=9)
         previous = end
-    _note(
+    note(
         ax,
         span / 2,
         state_y + 0.55 / cell,
@@ -379,7 +321,7 @@ def draw_encoder_decoder(source, target, step, weights):
     gap = 1.35
     decoder_left = gap * (n - 1) / 2 - gap * m / 2  # u_0 ... u_m centred over the encoder
     width = max(gap * n, gap * (m + 1)) + 1.4
-    fig, ax = _canvas(
+    fig, ax = canvas(
         min(1.0 * width + 1.0, 9.0),
         4.6,
         (min(-0.9, decoder_left - 0.9), max(gap * (n - 1), decoder_left + gap * m) + 1.2),
@@ -388,29 +330,29 @@ def draw_encoder_decoder(source, target, step, weights):
     # the encoder
     for i, token in enumerate(source):
         x = gap * i
-        _note(ax, x, -1.15, token, fontsize=10)
-        _arrow(ax, (x, -0.9), (x, -0.3))
-        _box(ax, x, 0, f"$h_{{{i + 1}}}$", BLUE, fontsize=10)
+        note(ax, x, -1.15, token, fontsize=10)
+        arrow(ax, (x, -0.9), (x, -0.3))
+        box(ax, x, 0, f"$h_{{{i + 1}}}$", BLUE, fontsize=10)
         if i:
-            _arrow(ax, (x - gap + 0.3, 0), (x - 0.3, 0))
-    _note(ax, gap * (n - 1) + 0.55, -0.55, "encoder", ha="left", colour=BLUE, fontsize=9)
+            arrow(ax, (x - gap + 0.3, 0), (x - 0.3, 0))
+    note(ax, gap * (n - 1) + 0.55, -0.55, "encoder", ha="left", colour=BLUE, fontsize=9)
     # the decoder
     for t in range(m + 1):
         x = decoder_left + gap * t
-        _box(ax, x, 3.0, f"$u_{{{t}}}$", GREEN, fontsize=10)
+        box(ax, x, 3.0, f"$u_{{{t}}}$", GREEN, fontsize=10)
         if t:
-            _arrow(ax, (x - gap + 0.3, 3.0), (x - 0.3, 3.0))
-            _arrow(ax, (x, 3.3), (x, 3.75))
-            _note(ax, x, 4.0, target[t - 1], fontsize=10)
-    _note(ax, decoder_left - 0.45, 3.55, "decoder", ha="right", colour="#006B4F", fontsize=9)
+            arrow(ax, (x - gap + 0.3, 3.0), (x - 0.3, 3.0))
+            arrow(ax, (x, 3.3), (x, 3.75))
+            note(ax, x, 4.0, target[t - 1], fontsize=10)
+    note(ax, decoder_left - 0.45, 3.55, "decoder", ha="right", colour="#006B4F", fontsize=9)
     # attention at step `step`: context from every encoder state, query u_{t-1}
     context_x = decoder_left + gap * step
     context_y = 1.65
     for i, alpha in enumerate(weights.tolist()):
         x = gap * i
-        _line(ax, [x, context_x], [0.3, context_y - 0.25], colour=ORANGE, width=0.6 + 7 * alpha)
+        line(ax, [x, context_x], [0.3, context_y - 0.25], colour=ORANGE, width=0.6 + 7 * alpha)
         middle = (x + (context_x - x) * 0.45, 0.3 + (context_y - 0.55) * 0.45)
-        _note(
+        note(
             ax,
             *middle,
             f"$\\alpha_{{{step},{i + 1}}} = {alpha:.2f}$",
@@ -418,11 +360,11 @@ def draw_encoder_decoder(source, target, step, weights):
             colour="#A04000",
             bbox=dict(boxstyle="round,pad=0.1", facecolor="white", edgecolor="none"),
         )
-    _box(ax, context_x, context_y, f"$c_{{{step}}}$", ORANGE, fontsize=10)
-    _arrow(ax, (context_x, context_y + 0.3), (context_x, 2.7), colour=ORANGE)
+    box(ax, context_x, context_y, f"$c_{{{step}}}$", ORANGE, fontsize=10)
+    arrow(ax, (context_x, context_y + 0.3), (context_x, 2.7), colour=ORANGE)
     query_x = context_x - gap
-    _arrow(ax, (query_x + 0.1, 2.7), (context_x - 0.3, context_y + 0.1), colour=GREEN, dashed=True)
-    _note(
+    arrow(ax, (query_x + 0.1, 2.7), (context_x - 0.3, context_y + 0.1), colour=GREEN, dashed=True)
+    note(
         ax,
         query_x - 0.1,
         context_y + 0.35,
@@ -444,42 +386,42 @@ def draw_latent_attention(layer):
     d, heads = layer.embed_dim, layer.num_heads
     d_c, d_q, d_h = layer.kv_rank, layer.q_rank, layer.head_dim
     d_r, d_v = layer.rope_dim, layer.value_dim
-    fig, ax = _canvas(9.2, 5.0, (-0.9, 11.6), (-1.5, 5.0))
-    _box(ax, 0, 2.0, f"$x_t$\n$\\mathbb{{R}}^{{{d}}}$", fontsize=10)
+    fig, ax = canvas(9.2, 5.0, (-0.9, 11.6), (-1.5, 5.0))
+    box(ax, 0, 2.0, f"$x_t$\n$\\mathbb{{R}}^{{{d}}}$", fontsize=10)
     # the queries: through their own latent when the layer has one
     if d_q is None:
         query_start, query_label = (0.45, 2.3), "$W_Q$"
     else:
-        _arrow(ax, (0.45, 2.3), (2.3, 4.3))
-        _note(ax, 1.2, 3.6, "$W_{DQ}$", fontsize=9)
-        _box(ax, 3.0, 4.3, f"$c^Q_t \\in \\mathbb{{R}}^{{{d_q}}}$\nRMSNorm", fontsize=9)
+        arrow(ax, (0.45, 2.3), (2.3, 4.3))
+        note(ax, 1.2, 3.6, "$W_{DQ}$", fontsize=9)
+        box(ax, 3.0, 4.3, f"$c^Q_t \\in \\mathbb{{R}}^{{{d_q}}}$\nRMSNorm", fontsize=9)
         query_start, query_label = (3.75, 4.3), "$W_{UQ}$"
-    _arrow(ax, query_start, (6.3, 4.3))
-    _note(ax, 5.0, 4.55, query_label, fontsize=9)
-    _box(ax, 7.0, 4.3, f"$q^C$: ${heads} \\times {d_h}$", BLUE, fontsize=9)
-    _arrow(ax, query_start, (4.85, 3.3), colour=PINK)
-    _note(ax, 4.05, 3.55, "$W_{QR}$", fontsize=9)
-    _box(ax, 5.3, 3.3, "RoPE", PINK, fontsize=8.5)
-    _arrow(ax, (5.75, 3.3), (6.3, 3.3), colour=PINK)
-    _box(ax, 7.0, 3.3, f"$q^R$: ${heads} \\times {d_r}$", PINK, fontsize=9)
+    arrow(ax, query_start, (6.3, 4.3))
+    note(ax, 5.0, 4.55, query_label, fontsize=9)
+    box(ax, 7.0, 4.3, f"$q^C$: ${heads} \\times {d_h}$", BLUE, fontsize=9)
+    arrow(ax, query_start, (4.85, 3.3), colour=PINK)
+    note(ax, 4.05, 3.55, "$W_{QR}$", fontsize=9)
+    box(ax, 5.3, 3.3, "RoPE", PINK, fontsize=8.5)
+    arrow(ax, (5.75, 3.3), (6.3, 3.3), colour=PINK)
+    box(ax, 7.0, 3.3, f"$q^R$: ${heads} \\times {d_r}$", PINK, fontsize=9)
     # the keys and values: one cached latent, projected up for every head
-    _arrow(ax, (0.5, 1.9), (2.2, 1.5))
-    _note(ax, 1.35, 1.95, "$W_{DKV}$", fontsize=9)
-    _box(ax, 3.0, 1.5, f"$c^{{KV}}_t \\in \\mathbb{{R}}^{{{d_c}}}$\nRMSNorm", ORANGE, dashed=True)
-    _arrow(ax, (3.8, 1.6), (6.3, 2.2))
-    _note(ax, 5.0, 2.15, "$W_{UK}$", fontsize=9)
-    _box(ax, 7.0, 2.2, f"$k^C$: ${heads} \\times {d_h}$", BLUE, fontsize=9)
-    _arrow(ax, (3.8, 1.4), (6.3, 0.9))
-    _note(ax, 5.0, 0.85, "$W_{UV}$", fontsize=9)
-    _box(ax, 7.0, 0.9, f"$v$: ${heads} \\times {d_v}$", BLUE, fontsize=9)
+    arrow(ax, (0.5, 1.9), (2.2, 1.5))
+    note(ax, 1.35, 1.95, "$W_{DKV}$", fontsize=9)
+    box(ax, 3.0, 1.5, f"$c^{{KV}}_t \\in \\mathbb{{R}}^{{{d_c}}}$\nRMSNorm", ORANGE, dashed=True)
+    arrow(ax, (3.8, 1.6), (6.3, 2.2))
+    note(ax, 5.0, 2.15, "$W_{UK}$", fontsize=9)
+    box(ax, 7.0, 2.2, f"$k^C$: ${heads} \\times {d_h}$", BLUE, fontsize=9)
+    arrow(ax, (3.8, 1.4), (6.3, 0.9))
+    note(ax, 5.0, 0.85, "$W_{UV}$", fontsize=9)
+    box(ax, 7.0, 0.9, f"$v$: ${heads} \\times {d_v}$", BLUE, fontsize=9)
     # the decoupled RoPE key: one for all heads, cached beside the latent
-    _arrow(ax, (0.3, 1.6), (2.4, -0.4), colour=PINK)
-    _note(ax, 1.0, 0.35, "$W_{KR}$", fontsize=9)
-    _box(ax, 3.0, -0.4, f"RoPE: $k^R_t \\in \\mathbb{{R}}^{{{d_r}}}$", ORANGE, dashed=True)
-    _arrow(ax, (3.95, -0.3), (6.3, -0.3), colour=PINK)
-    _box(ax, 7.0, -0.3, f"$k^R$ shared by\nall {heads} heads", PINK, fontsize=8.5)
+    arrow(ax, (0.3, 1.6), (2.4, -0.4), colour=PINK)
+    note(ax, 1.0, 0.35, "$W_{KR}$", fontsize=9)
+    box(ax, 3.0, -0.4, f"RoPE: $k^R_t \\in \\mathbb{{R}}^{{{d_r}}}$", ORANGE, dashed=True)
+    arrow(ax, (3.95, -0.3), (6.3, -0.3), colour=PINK)
+    box(ax, 7.0, -0.3, f"$k^R$ shared by\nall {heads} heads", PINK, fontsize=8.5)
     # the heads
-    _box(
+    box(
         ax,
         9.9,
         2.2,
@@ -491,10 +433,10 @@ def draw_latent_attention(layer):
         fontsize=8.5,
     )
     for y in (4.3, 3.3, 2.2, 0.9, -0.3):
-        _arrow(ax, (7.85, y), (8.85, max(min(y, 3.6), 0.8)), width=0.9)
+        arrow(ax, (7.85, y), (8.85, max(min(y, 3.6), 0.8)), width=0.9)
     for y in (1.5, -0.4):
-        _note(ax, 3.0, y + (0.62 if y > 0 else -0.5), "cached", colour="#A04000", fontsize=8)
-    _note(
+        note(ax, 3.0, y + (0.62 if y > 0 else -0.5), "cached", colour="#A04000", fontsize=8)
+    note(
         ax,
         3.0,
         -1.25,
@@ -518,7 +460,7 @@ def draw_rotary_pairs(head_dim):
     half = head_dim // 2
     step = min(0.32, 1.6 / half)  # the half-split arcs' heights, staggered
     top = 1.4 + 0.28 + 0.45 + step * (half - 1) + 0.45
-    fig, ax = _canvas(
+    fig, ax = canvas(
         max(0.55 * head_dim + 1.0, 6.5), 2.4 + 0.6 * top, (-0.8, head_dim - 0.2), (-2.1, top)
     )
     rows = (
@@ -537,7 +479,7 @@ def draw_rotary_pairs(head_dim):
     )
     for y, title, side, pairs in rows:
         for j in range(head_dim):
-            _box(ax, j, y, f"{j}", fontsize=8.5)
+            box(ax, j, y, f"{j}", fontsize=8.5)
         for i, (a, b) in enumerate(pairs):
             colour = OKABE_ITO[i % len(OKABE_ITO)]
             width, height = b - a, 0.45 + (step * i if side > 0 else 0)
@@ -555,7 +497,7 @@ def draw_rotary_pairs(head_dim):
                     gid="pair",
                 )
             )
-            _note(
+            note(
                 ax,
                 centre,
                 y + side * (0.28 + height + 0.15),
@@ -564,5 +506,5 @@ def draw_rotary_pairs(head_dim):
                 colour=colour if colour != OKABE_ITO[6] else "0.3",
                 bbox=dict(boxstyle="round,pad=0.05", facecolor="white", edgecolor="none"),
             )
-        _note(ax, (head_dim - 1) / 2, y + side * (-0.55), title, fontsize=9)
+        note(ax, (head_dim - 1) / 2, y + side * (-0.55), title, fontsize=9)
     return fig
