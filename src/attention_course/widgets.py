@@ -155,18 +155,18 @@ def bandwidth_explorer(queries, keys, values, bandwidths, initial=0, probe=0):
     figure, (left, right) = _figure(1, 2)
     left.plot(rounded["keys"], rounded["values"], "o", ms=3, color="0.5", label="data")
     left.plot(rounded["queries"], fit, color=OKABE_ITO[0], lw=2, label="fit")
-    left.axvline(data["queries"][probe], color=OKABE_ITO[1], ls=":")
+    left.axvline(data["queries"][probe], color=OKABE_ITO[1], ls="--")
     left.set(xlabel="x", ylabel="y", title=f"h = {h:.3g}")
     left.legend(fontsize=8)
     right.imshow(weights, aspect="auto", cmap="viridis", vmin=0, interpolation="nearest")
-    right.axhline(probe, color=OKABE_ITO[1], ls=":")
+    right.axhline(probe, color=OKABE_ITO[1], ls="--")
     right.set(xlabel="key index i (sorted by x)", ylabel="query index", title="weights")
     return Widget(
         "bandwidth",
         "Nadaraya–Watson: move the bandwidth",
-        "Left: the data, the Gaussian Nadaraya–Watson fit at bandwidth h and the query read "
-        "out (dotted). Right: the attention weights, one row per query, one column per key, "
-        "colour from 0 (dark) to the largest weight (yellow).",
+        "The fit: the data, the Gaussian Nadaraya–Watson fit at bandwidth h and the query "
+        "read out (dashed line). The weights: one row per query, one column per key, colour "
+        "from 0 (dark) to the largest weight (yellow), the query read out dashed.",
         f"The Gaussian Nadaraya–Watson fit and its weight heatmap at h = {h:.3g}.",
         data,
         _png(figure),
