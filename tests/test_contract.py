@@ -556,6 +556,17 @@ LAYER_TYPES = [
     Bad("an unknown layer type", constant(["global_attention"]), ValueError),
 ]
 
+# the bad sizes of a head diagram (both of chapter 8's: d_model = 12 split into 3 heads)
+HEAD_DIAGRAM_ARGUMENTS = {
+    "d_model": COUNT + [Bad("not a multiple of num_heads", constant(10), ValueError)],
+    "num_heads": COUNT
+    + [
+        Bad("not dividing d_model", constant(5), ValueError),
+        Bad("too many to draw", constant(12), ValueError),
+    ],
+}
+
+
 REGISTRY = {
     # attention
     "attention_course.attention.AdditiveAttention": Case(
@@ -1162,28 +1173,14 @@ REGISTRY = {
     ),
     "attention_course.head_diagrams.draw_multi_head": Case(
         lambda: (closing_figures(head_diagrams.draw_multi_head), dict(d_model=12, num_heads=3)),
-        {
-            "d_model": COUNT + [Bad("not a multiple of num_heads", constant(10), ValueError)],
-            "num_heads": COUNT
-            + [
-                Bad("not dividing d_model", constant(5), ValueError),
-                Bad("too many to draw", constant(12), ValueError),
-            ],
-        },
+        HEAD_DIAGRAM_ARGUMENTS,
     ),
     "attention_course.head_diagrams.draw_packed_projections": Case(
         lambda: (
             closing_figures(head_diagrams.draw_packed_projections),
             dict(d_model=12, num_heads=3),
         ),
-        {
-            "d_model": COUNT + [Bad("not a multiple of num_heads", constant(10), ValueError)],
-            "num_heads": COUNT
-            + [
-                Bad("not dividing d_model", constant(5), ValueError),
-                Bad("too many to draw", constant(12), ValueError),
-            ],
-        },
+        HEAD_DIAGRAM_ARGUMENTS,
     ),
     # plotting
     "attention_course.plotting.plot_attention": Case(
