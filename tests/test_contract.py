@@ -1382,6 +1382,30 @@ REGISTRY = {
             ],
         },
     ),
+    "attention_course.pretrained.circuits.trace_caches": Case(
+        lambda: (
+            circuits.trace_caches,
+            dict(
+                model=tiny_decoder(),
+                trace=circuits.trace_decoder(tiny_decoder(), torch.tensor([[1, 2, 3]])),
+            ),
+        ),
+        {
+            "model": INSTANCE,
+            "trace": [
+                Bad("another object", constant(object()), TypeError),
+                Bad("None", constant(None), TypeError),
+                Bad(
+                    "a trace of another model",
+                    lambda v: circuits.trace_decoder(
+                        decoding.TinyDecoder(20, 16, 2, 1, 2, hidden_dim=16),
+                        torch.tensor([[1, 2, 3]]),
+                    ),
+                    ValueError,
+                ),
+            ],
+        },
+    ),
     "attention_course.pretrained.circuits.direct_logit_attribution": Case(
         lambda: (
             circuits.direct_logit_attribution,
