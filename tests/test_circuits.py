@@ -1,7 +1,8 @@
 """trace_decoder and direct_logit_attribution (chapter 14) against independent references:
 transformers' Llama in float64 (its hidden states), the course's own DecoderBlock.attend with a
 head silenced by ablated_heads (what one head writes), forward hooks on the projections (a path
-patch done by other means), and a loop over the vocabulary (the linearised final norm)."""
+patch done by other means), a loop over the vocabulary (the linearised final norm), and the
+caches a pass fills (trace_caches)."""
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from test_smollm2 import float64_rotary, rms_norm_in_its_dtype
 from attention_course.pretrained import (
     ablated_heads,
     direct_logit_attribution,
+    trace_caches,
     trace_decoder,
 )
 
@@ -212,3 +214,23 @@ def test_bad_arguments_name_themselves():
         direct_logit_attribution(model, stream[:, :4], stream)
     with pytest.raises(ValueError, match="final_residual"):
         direct_logit_attribution(model, stream, stream[..., :8])
+
+
+@pytest.mark.parametrize("window, sinks", [(None, 0), (4, 0), (3, 2)])
+def test_trace_caches_are_the_caches_a_pass_fills(window, sinks):
+    """The caches computed from a trace hold what the model's own pass over the ids leaves in
+    its caches (float64: to 1e-12), and the model reads on from them alike."""
+    model = tiny(seed=4)
+    ids = token_ids(2, 9, seed=5)
+    with torch.no_grad(), model.windowed(window, sinks):
+        filled = model.new_caches()
+        model(ids[:, :7], filled)
+        mine = trace_caches(model, trace_decoder(model, ids[:, :7]))
+        for ours, theirs in zip(mine, filled):
+            assert torch.equal(ours.positions, theirs.positions) and ours.seen == theirs.seen
+            torch.testing.assert_close(ours.keys, theirs.keys, rtol=0, atol=1e-12)
+            torch.testing.assert_close(ours.values, theirs.values, rtol=0, atol=1e-12)
+        reference = model(ids)[:, 7:]  # one pass without a cache
+        torch.testing.assert_close(model(ids[:, 7:], mine), reference, rtol=0, atol=1e-12)
+    with model.windowed(4, 1, renumber=True), pytest.raises(ValueError, match="renumber"):
+        trace_caches(model, trace_decoder(model, ids))

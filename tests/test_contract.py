@@ -321,6 +321,14 @@ def tiny_decoder(**options):
     return decoding.TinyDecoder(20, 8, 2, 1, 2, hidden_dim=16, **options)
 
 
+def prefix_caches_call():
+    """A tiny decoder's prefix_caches, and its arguments: caches after 3 tokens, length 2."""
+    model = tiny_decoder()
+    caches = model.new_caches()
+    model(torch.tensor([[1, 2, 3]]), caches)
+    return model.prefix_caches, dict(caches=caches, length=2)
+
+
 def tiny_block():
     torch.manual_seed(0)
     return decoding.DecoderBlock(config.DecoderConfig(20, 8, 1, 2, 1, 16, window=4, sinks=1))
@@ -834,6 +842,14 @@ REGISTRY = {
     ),
     "attention_course.decoding.TinyDecoder.new_caches": Case(
         lambda: (tiny_decoder().new_caches, {}), {}
+    ),
+    "attention_course.decoding.TinyDecoder.prefix_caches": Case(
+        prefix_caches_call,
+        {
+            "caches": CACHES
+            + [Bad("too short", lambda v: [decoding.KVCache() for _ in v], ValueError)],
+            "length": COUNT + [Bad("more than held", constant(10**6), ValueError)],
+        },
     ),
     "attention_course.decoding.TinyDecoder.windowed": Case(
         lambda: (entered(tiny_decoder().windowed), dict(window=3, sinks=1, renumber=True)),
@@ -1384,6 +1400,30 @@ REGISTRY = {
                 Bad(
                     "a trace of other ids",
                     lambda v: circuits.trace_decoder(tiny_decoder(), torch.tensor([[1, 2]])),
+                    ValueError,
+                ),
+            ],
+        },
+    ),
+    "attention_course.pretrained.circuits.trace_caches": Case(
+        lambda: (
+            circuits.trace_caches,
+            dict(
+                model=tiny_decoder(),
+                trace=circuits.trace_decoder(tiny_decoder(), torch.tensor([[1, 2, 3]])),
+            ),
+        ),
+        {
+            "model": INSTANCE,
+            "trace": [
+                Bad("another object", constant(object()), TypeError),
+                Bad("None", constant(None), TypeError),
+                Bad(
+                    "a trace of another model",
+                    lambda v: circuits.trace_decoder(
+                        decoding.TinyDecoder(20, 16, 2, 1, 2, hidden_dim=16),
+                        torch.tensor([[1, 2, 3]]),
+                    ),
                     ValueError,
                 ),
             ],

@@ -422,6 +422,47 @@ def test_chunked_decoding_with_caches_equals_one_full_pass(window, sinks):
     assert all(len(cache) == held for cache in caches)
 
 
+@pytest.mark.parametrize("window, sinks", [(None, 0), (5, 0), (3, 2), (4, 1), (9, 0)])
+def test_prefix_caches_read_on_as_caches_that_read_the_first_tokens(window, sinks):
+    """The first 5 tokens cut from caches that read 8, then the rest: the logits of one
+    windowed pass without a cache, and the keys and values of caches fed the 5 tokens."""
+    model = tiny(seed=1)
+    ids = token_ids(2, 13, seed=2)
+    with torch.no_grad():
+        caches = model.new_caches()
+        model(ids[:, :8], caches)  # the full model reads 8 tokens
+        with model.windowed(window, sinks):
+            reference = model(ids)  # one pass, the window's mask
+            fed = model.new_caches()
+            model(ids[:, :5], fed)
+            cut = model.prefix_caches(caches, 5)
+            for mine, theirs in zip(cut, fed):
+                assert torch.equal(mine.positions, theirs.positions)
+                torch.testing.assert_close(mine.keys, theirs.keys, rtol=0, atol=1e-12)
+                torch.testing.assert_close(mine.values, theirs.values, rtol=0, atol=1e-12)
+            continued = model(ids[:, 5:], cut)
+    torch.testing.assert_close(continued, reference[:, 5:], rtol=0, atol=1e-12)
+    assert all(len(cache) == 8 for cache in caches)  # the given caches are left as they were
+
+
+def test_prefix_caches_refuse_tokens_a_window_would_not_read_whole():
+    model = tiny(seed=1)
+    ids = token_ids(1, 8)
+    caches = model.new_caches()
+    model(ids, caches)
+    with model.windowed(3, 1), pytest.raises(ValueError, match=r"length=5 .* window \+ sinks"):
+        model.prefix_caches(caches, 5)
+    with pytest.raises(ValueError, match=r"first length=9 tokens"):
+        model.prefix_caches(caches, 9)  # more than they hold
+    with model.windowed(3):
+        dropped = model.new_caches()
+        model(ids, dropped)  # tokens 0 to 4 left the window
+    with pytest.raises(ValueError, match=r"first length=2 tokens"):
+        model.prefix_caches(dropped, 2)
+    with model.windowed(4, 1, renumber=True), pytest.raises(ValueError, match="renumber"):
+        model.prefix_caches(caches, 3)  # the renumbered caches hold unrotated keys
+
+
 @pytest.mark.parametrize("keep", [1, 3, 7, 0])
 def test_logits_to_keep_gives_the_last_positions_logits(keep):
     """As transformers' logits_to_keep: the last k positions of the full logits, with and

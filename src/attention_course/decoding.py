@@ -410,6 +410,54 @@ class TinyDecoder(nn.Module):
             for _ in self.blocks
         ]
 
+    def prefix_caches(self, caches, length):
+        """New caches, as new_caches() makes them (the model's window and sinks), holding the
+        keys and values of the first `length` tokens that `caches` hold: what they would hold
+        after reading those tokens themselves, without a pass over them. Every query among
+        the first window + sinks tokens reads all the keys before it: `caches` must still
+        hold tokens 0 to length - 1, the model's window must take them whole (length <=
+        window + sinks), and both must place keys alike (the same renumber). Chapter 14."""
+        self._check_prefix(caches, length)
+        fresh = self.new_caches()
+        for cache, source in zip(fresh, caches):
+            # positions 0 .. length - 1, appended as the layer would append them
+            cache._append(source.keys[:, :, :length], source.values[:, :, :length])
+        return fresh
+
+    def _check_prefix(self, caches, length):
+        """caches: one KVCache per layer, each holding its first `length` tokens."""
+        if not isinstance(caches, (list, tuple)) or not all(
+            isinstance(cache, KVCache) for cache in caches
+        ):
+            raise TypeError(
+                "caches must be a list of KVCache, one per layer (from new_caches()), "
+                f"got {type_name(caches)}"
+            )
+        if len(caches) != len(self.blocks):
+            raise ValueError(f"{len(caches)} caches for {len(self.blocks)} layers")
+        require_int("length", length, 1)
+        config = self.config
+        if config.window is not None and length > config.window + config.sinks:
+            raise ValueError(
+                f"length={length} is more than the model's window + sinks = "
+                f"{config.window} + {config.sinks}: its caches would not hold those tokens whole"
+            )
+        first = torch.arange(length)
+        for cache in caches:
+            if cache.renumber != config.renumber:
+                raise ValueError(
+                    f"caches renumber={cache.renumber} but the model's new caches "
+                    f"renumber={config.renumber}: their keys are rotated differently"
+                )
+            if cache.positions.shape[0] < length or not torch.equal(
+                cache.positions[:length], first
+            ):
+                raise ValueError(
+                    f"caches must hold their first length={length} tokens, positions 0 to "
+                    f"{length - 1}; one holds {cache.positions.shape[0]} starting "
+                    f"{cache.positions[:3].tolist()}"
+                )
+
     @contextlib.contextmanager
     def windowed(self, window, sinks=0, renumber=False):
         """Within the block, the model reads through a sliding window of

@@ -10,7 +10,7 @@
   (chapter 14).
 """
 
-from .circuits import PATHS, DecoderTrace, direct_logit_attribution, trace_decoder
+from .circuits import PATHS, DecoderTrace, direct_logit_attribution, trace_caches, trace_decoder
 from .heads import ablated_heads, attention_layers, attention_to
 from .minilm import (
     IGNORED_WEIGHTS,

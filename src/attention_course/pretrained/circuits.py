@@ -4,7 +4,8 @@
   every block and what each head of chosen layers adds to it, and that can compute a layer's
   queries, keys or values from another run's residual stream (a *path patch*);
 - `direct_logit_attribution`: what a vector written into the residual stream adds to the
-  logits directly, through the final RMSNorm with its scale taken from the actual stream.
+  logits directly, through the final RMSNorm with its scale taken from the actual stream;
+- `trace_caches`: the KV caches a traced pass would have filled, from its residual stream.
 """
 
 from collections import namedtuple
@@ -219,3 +220,42 @@ def direct_logit_attribution(model, writes, final_residual):
     rms = (final_residual.pow(2).mean(-1, keepdim=True) + eps).sqrt()
     rms = rms.reshape(batch, *(1,) * (writes.dim() - 3), seq, 1)
     return model.lm_head(writes * norm.weight / rms)
+
+
+@torch.no_grad()
+def trace_caches(model, trace):
+    """The KV caches a pass over the traced ids would have filled, without a second pass: one
+    KVCache per layer, as model.new_caches() makes them (the model's window and sinks), holding
+    the keys and values that layer computes from the stream the trace recorded entering it
+    (through its attention norm; keys rotated at positions 0, 1, ...). For a trace without
+    patches (a patched layer's keys read another stream); caches that renumber positions, which
+    hold keys before RoPE, are refused. Chapter 14."""
+    require_instance("model", model, TinyDecoder, "a TinyDecoder")
+    require_instance("trace", trace, DecoderTrace, "a DecoderTrace (from trace_decoder)")
+    residuals = trace.residuals
+    layers, width, dtype = len(model.blocks), model.config.embed_dim, model.embed.weight.dtype
+    if (
+        residuals.dim() != 4
+        or (residuals.shape[0], residuals.shape[3]) != (layers + 1, width)
+        or residuals.dtype != dtype
+    ):
+        raise ValueError(
+            f"trace's residuals {shape_of(residuals)} ({residuals.dtype}) must be a trace of this "
+            f"model: (N + 1 = {layers + 1}, batch, seq, embed_dim = {width}) in its dtype {dtype}"
+        )
+    if model.config.renumber:
+        raise ValueError(
+            "the model's caches renumber positions (windowed(..., renumber=True)) and hold keys "
+            "before RoPE: trace_caches fills caches of keys rotated at their positions"
+        )
+    positions = torch.arange(residuals.shape[2], device=residuals.device)
+    caches = model.new_caches()
+    for block, cache, x in zip(model.blocks, caches, residuals):
+        layer = block.attention
+        # the layer's keys and values from the stream entering it: (batch, H_kv, seq, d_h)
+        normed = block.attention_norm(x)
+        k = _kernels.split_heads(layer.k_proj(normed), layer.num_kv_heads)
+        v = _kernels.split_heads(layer.v_proj(normed), layer.num_kv_heads)
+        # keys rotated at their positions, as the layer caches them (chapter 10's scaling too)
+        cache._append(rotate(k, positions, block.base, block.config.rope_scaling), v)
+    return caches
