@@ -429,6 +429,28 @@ def test_the_10_week_plan_gives_the_project_its_hours_and_no_week_more_than_ten(
     assert total == int(stated[1])
 
 
+def test_the_10_week_plan_says_which_later_chapters_each_project_needs():
+    """The 10-week plan sets the project in week 6 and names, for each project, the chapters it
+    builds on (projects.md) that are read after week 6, with the week they are read in."""
+    found = syllabi()["10-week module"]
+    prose, periods = found
+    week_of = {n: int(period.split()[1]) for period, numbers, _ in periods for n in numbers}
+    builds = re.findall(
+        r"## Project (\d):.*?\n\n\*Builds on chapters ([\d, and]+)\.\*",
+        (ROOT / "projects.md").read_text(),
+        re.S,
+    )
+    assert len(builds) == 4
+    for project, chapters in builds:
+        later = sorted(n for n in map(int, re.findall(r"\d+", chapters)) if week_of[n] > 6)
+        named = " and ".join(map(str, later))
+        weeks = {week_of[n] for n in later}
+        assert len(weeks) == 1, (project, later)
+        chapter = "chapters" if len(later) > 1 else "chapter"
+        stated = f"project {project} needs {chapter} {named}, read in week {weeks.pop()}"
+        assert stated in prose, stated
+
+
 def test_the_instructors_page_states_the_reading_model_from_the_code():
     """The model's rates are printed by the directive from course_guide's constants, never
     typed into the page (where they would drift from the tables)."""
