@@ -56,6 +56,46 @@ def test_every_question_has_an_answer_and_a_rubric_that_adds_up(bank):
         assert "[[" not in question.answer + question.rubric_text + question.question
 
 
+def test_every_question_has_its_minutes_in_the_stated_band(bank):
+    """Every question of the source has whole minutes, between the 2.5 and 4.5 minutes a point
+    that the bank's header states, and the page shows them beside the points."""
+    source = exam.SOURCE.read_text()
+    assert "between 2.5 and 4.5 minutes a point" in " ".join(
+        line.lstrip("# ") for line in source.splitlines() if line.startswith("#")
+    )
+    page = " ".join(
+        BeautifulSoup((bank[0] / exam.PAGE).read_text(), "html.parser").get_text().split()
+    )
+    for entry in yaml.safe_load(source)["questions"]:
+        minutes, points = entry.get("minutes"), entry["points"]
+        assert isinstance(minutes, int) and minutes > 0, entry["id"]
+        assert 2.5 <= minutes / points <= 4.5, f"{entry['id']}: {minutes / points:.2f} a point"
+        assert f"({points:g} points, about {minutes} minutes)" in page, entry["id"]
+
+
+def test_a_question_without_minutes_is_refused(tmp_path):
+    source = yaml.safe_load(exam.SOURCE.read_text())
+    source["questions"] = source["questions"][:1]
+    del source["questions"][0]["minutes"]
+    path = tmp_path / "bank.yml"
+    path.write_text(yaml.safe_dump(source))
+    with pytest.raises(ValueError, match="minutes"):
+        exam.read(path)
+
+
+def test_levels_are_half_points_and_zero_levels_name_a_wrong_answer(bank):
+    """Whole or half points only (instructors.md), and no zero level that is only "no answer",
+    "none" or "neither": it names what a wrong answer says."""
+    for question in bank[1]:
+        for criterion in question.rubric:
+            for name, points, text in criterion.levels:
+                assert (2 * points).is_integer(), f"{question.id}: {points} points"
+                if name == "Zero":
+                    assert not re.fullmatch(r"(no|none|neither)\b[^,]*", text.strip(" .")), (
+                        f"{question.id}: {text!r}"
+                    )
+
+
 def test_a_rubric_that_does_not_add_up_is_refused(tmp_path):
     source = yaml.safe_load(exam.SOURCE.read_text())
     source["questions"] = source["questions"][:1]
@@ -102,6 +142,65 @@ def test_the_bank_is_printed(bank):
     for question in bank[1]:
         assert squeezed(exercises.rubric_title(question.rubric)) in text
         assert all(squeezed(piece) in text for piece in prose(question.question))
+
+
+def answer_fragments(questions):
+    """The longer stretches of prose of every model answer and every rubric level."""
+    found = []
+    for question in questions:
+        found += prose(question.answer)
+        for criterion in question.rubric:
+            found += [piece for level in criterion.levels for piece in prose(level[2])]
+    return found
+
+
+def test_the_paper_holds_every_question_and_no_answer(bank, fragments):
+    """The paper (exam-paper.html): every question of the bank with its points and minutes, the
+    totals of the source, and no model answer, rubric or rubric level."""
+    source = yaml.safe_load(exam.SOURCE.read_text())["questions"]
+    text = " ".join(
+        BeautifulSoup((bank[0] / exam.PAPER).read_text(), "html.parser").get_text().split()
+    )
+    for number, entry in enumerate(source, 1):
+        heading = (
+            f"Question {number} ({entry['points']:g} points, about {entry['minutes']} minutes)"
+        )
+        assert heading in text, entry["id"]
+    for question, lines in fragments.items():
+        assert all(line in text for line in lines), question
+    points, minutes = sum(e["points"] for e in source), sum(e["minutes"] for e in source)
+    assert f"{len(source)} questions, {points:g} points; about {minutes} minutes" in text
+    assert "Model answer" not in text and "Rubric" not in text and "Full (" not in text
+    leaked = [piece for piece in answer_fragments(bank[1]) if piece in text]
+    assert not leaked, leaked[:3]
+
+
+def test_a_paper_of_chosen_questions(bank):
+    questions = bank[1]
+    ids = [questions[5].id, questions[0].id]
+    page = exam.paper(exam.chosen(questions, ids))
+    text = " ".join(BeautifulSoup(page, "html.parser").get_text().split())
+    # the two chosen questions in the order given, numbered 1 and 2, and no other question
+    first, second = (text.index(prose(questions[i].question)[0]) for i in (5, 0))
+    assert first < second and text.startswith("Examination") and "2 questions" in text
+    assert text.index("Question 1 (") < first < text.index("Question 2 (") < second
+    assert not [line for line in prose(questions[1].question) if line in text]
+    with pytest.raises(ValueError, match="no exam question"):
+        exam.chosen(questions, ["no-such-question"])
+
+
+def test_the_paper_is_printed(bank):
+    if pdf.missing_printer_packages():
+        did_not_run("no printer: the exam paper's PDF was NOT tested")
+    import pypdfium2
+
+    document = pypdfium2.PdfDocument(bank[0] / exam.PAPER_PRINTED)
+    text = squeezed("".join(page.get_textpage().get_text_range() for page in document))
+    for question in bank[1]:
+        assert all(squeezed(piece) in text for piece in prose(question.question)), question.id
+        assert squeezed(f"{question.points:g} points, about {question.minutes} minutes") in text
+    assert not [p for p in answer_fragments(bank[1]) if squeezed(p) in text]
+    assert squeezed("Model answer") not in text and squeezed("Rubric (") not in text
 
 
 def test_the_book_excludes_the_bank():

@@ -1,13 +1,16 @@
-"""Build the exam question bank, an instructor edition only (`make exam`).
+"""Build the exam question bank, an instructor edition only (`make exam`), and a paper.
 
-    python -m tools.exam [--out DIR] [--source FILE] [--no-pdf]   # DIR: _build/instructor
+    python -m tools.exam [--out DIR] [--source FILE] [--paper ID,ID,...] [--no-pdf]
+    # DIR: _build/instructor
 
 The source, instructor/exam_bank.yml, holds written questions per Part with model answers and
 rubrics (the chapters' {grading-rubric} format, tools/exercises.py). The numbers of the model
 answers and rubrics are computed here, at build time, by the course's package: each question's
 `values` are Python expressions, and [[name]] or [[name:format]] prints one. The bank is written
 to DIR/exam-bank.html (with the MathJax it needs, offline) and printed to DIR/exam-bank.pdf with
-the book's Chromium (tools/pdf.py).
+the book's Chromium (tools/pdf.py). Beside it, DIR/exam-paper.html (and .pdf) is a paper to set:
+the questions only, with their points and estimated minutes, no model answer and no rubric;
+--paper chooses its questions by id (all of the bank's by default), numbered in that order.
 
 The rule: the repository is public, so the bank is not secret, but it is kept out of every
 published artefact. _config.yml excludes instructor/ from the book, and nothing that builds the
@@ -33,6 +36,7 @@ from tools import ROOT, exercises, pdf
 SOURCE = ROOT / "instructor" / "exam_bank.yml"
 OUTPUT = ROOT / "_build" / "instructor"
 PAGE, PRINTED = "exam-bank.html", "exam-bank.pdf"
+PAPER, PAPER_PRINTED = "exam-paper.html", "exam-paper.pdf"
 MATHJAX = pathlib.Path(sysconfig.get_path("purelib"), "sphinx-mathjax-offline", "static", "mathjax")
 VALUE = re.compile(r"\[\[(\w+)(?::([^\]]*))?\]\]")
 STYLE = """
@@ -52,6 +56,7 @@ class Question:
     id: str
     part: int
     points: float
+    minutes: int
     question: str
     answer: str
     rubric_text: str
@@ -93,7 +98,7 @@ def fill(text, values, where):
 
 def read(source=SOURCE):
     """The bank's questions, their numbers computed, each checked: a model answer, a rubric
-    whose points add up to the question's, a Part of the book."""
+    whose points add up to the question's, a Part of the book, an estimate of its minutes."""
     questions = []
     parts = len(course_parts())
     for entry in yaml.safe_load(source.read_text())["questions"]:
@@ -103,6 +108,7 @@ def read(source=SOURCE):
             entry["id"],
             entry["part"],
             entry["points"],
+            entry.get("minutes"),
             fill(entry["question"].strip(), values, where),
             fill(entry["answer"].strip(), values, where),
             fill(entry["rubric"].strip(), values, where),
@@ -112,6 +118,8 @@ def read(source=SOURCE):
             raise ValueError(f"{where}: a model answer and a Part from 1 to {parts} are needed")
         if exercises.rubric_points(question.rubric) != question.points:
             raise ValueError(f"{where}: its rubric's points do not add up to {question.points}")
+        if not isinstance(question.minutes, int) or question.minutes <= 0:
+            raise ValueError(f"{where}: its minutes, a whole number above 0, are needed")
         questions.append(question)
     if len({q.id for q in questions}) != len(questions):
         raise ValueError("two exam questions share an id")
@@ -131,33 +139,16 @@ def markdown_html(text):
     return MarkdownIt("commonmark").use(dollarmath_plugin, renderer=maths).render(text)
 
 
-def page(questions):
-    """The bank as one HTML page: per Part (its caption from _toc.yml), each question with its
-    points, its model answer and its rubric."""
-    captions = course_parts()
-    info = pdf.book_info()
-    body = [
-        f"<h1>Exam question bank</h1><p><em>{html.escape(info['title'])}</em>, version "
-        f"{html.escape(str(info['version']))}. Instructor edition: not for students; "
-        "kept out of every published edition of the course (instructors.md).</p>"
-    ]
-    for number, caption in enumerate(captions, 1):
-        chosen = [q for q in questions if q.part == number]
-        if not chosen:
-            continue
-        body.append(f"<h2>{html.escape(caption)}</h2>")
-        for index, q in enumerate(chosen, 1):
-            title = f"Question {number}.{index} ({q.points:g} points)"
-            body.append(
-                f'<section class="question" id="{q.id}"><h3>{title}</h3>'
-                f"{markdown_html(q.question)}"
-                f'<div class="answer"><h4>Model answer</h4>{markdown_html(q.answer)}</div>'
-                f'<div class="rubric"><h4>{exercises.rubric_title(q.rubric)}</h4>'
-                f"{markdown_html(q.rubric_text)}</div></section>"
-            )
+def worth(question):
+    """A question's points and estimated minutes, as its heading shows them."""
+    return f"{question.points:g} points, about {question.minutes} minutes"
+
+
+def html_page(title, body):
+    """A whole HTML page: the style, MathJax (offline) and the body's pieces."""
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>Exam question bank</title><style>{STYLE}</style>"
+        f"<title>{title}</title><style>{STYLE}</style>"
         "<script>window.MathJax = {tex: {inlineMath: [['\\\\(', '\\\\)']]}};</script>"
         '<script src="mathjax/tex-chtml-full.js"></script></head><body>'
         + "\n".join(body)
@@ -165,8 +156,66 @@ def page(questions):
     )
 
 
-def print_pdf(folder):
-    """folder/exam-bank.html printed to folder/exam-bank.pdf with the book's Chromium."""
+def page(questions):
+    """The bank as one HTML page: per Part (its caption from _toc.yml), each question with its
+    points and minutes, its model answer and its rubric."""
+    captions = course_parts()
+    info = pdf.book_info()
+    body = [
+        f"<h1>Exam question bank</h1><p><em>{html.escape(info['title'])}</em>, version "
+        f"{html.escape(str(info['version']))}. Instructor edition: not for students; "
+        "kept out of every published edition of the course (instructors.md). The minutes are "
+        "an estimate for a prepared student with a calculator, about 3 to 4 minutes a point.</p>"
+    ]
+    for number, caption in enumerate(captions, 1):
+        chosen = [q for q in questions if q.part == number]
+        if not chosen:
+            continue
+        body.append(f"<h2>{html.escape(caption)}</h2>")
+        for index, q in enumerate(chosen, 1):
+            title = f"Question {number}.{index} ({worth(q)})"
+            body.append(
+                f'<section class="question" id="{q.id}"><h3>{title}</h3>'
+                f"{markdown_html(q.question)}"
+                f'<div class="answer"><h4>Model answer</h4>{markdown_html(q.answer)}</div>'
+                f'<div class="rubric"><h4>{exercises.rubric_title(q.rubric)}</h4>'
+                f"{markdown_html(q.rubric_text)}</div></section>"
+            )
+    return html_page("Exam question bank", body)
+
+
+def paper(questions):
+    """A paper to set: the questions in the order given, numbered from 1, each with its points
+    and minutes; no model answer, no rubric."""
+    points = sum(q.points for q in questions)
+    minutes = sum(q.minutes for q in questions)
+    body = [
+        f"<h1>Examination: {html.escape(pdf.book_info()['title'])}</h1>"
+        f"<p>{len(questions)} questions, {points:g} points; about {minutes} minutes. "
+        "Answer every question; show your working. A calculator is allowed.</p>"
+    ]
+    for number, q in enumerate(questions, 1):
+        body.append(
+            f'<section class="question" id="{q.id}"><h3>Question {number} ({worth(q)})</h3>'
+            f"{markdown_html(q.question)}</section>"
+        )
+    return html_page("Examination", body)
+
+
+def chosen(questions, ids=None):
+    """The questions of a paper: those whose ids are given, in that order (all by default)."""
+    if not ids:
+        return questions
+    by_id = {q.id: q for q in questions}
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+        raise ValueError(f"no exam question {', '.join(unknown)} in the bank")
+    return [by_id[i] for i in ids]
+
+
+def print_pdf(folder, name=PAGE, printed_name=PRINTED):
+    """folder/name (the bank's page by default) printed to folder/printed_name with the book's
+    Chromium."""
     from playwright.sync_api import sync_playwright
 
     executable = pdf.require_printer()
@@ -176,29 +225,34 @@ def print_pdf(folder):
             browser = playwright.chromium.launch(
                 executable_path=executable, args=pdf.CHROMIUM_FLAGS
             )
-            opened = pdf.open_for_print(browser, base + PAGE)
+            opened = pdf.open_for_print(browser, base + name)
             opened.emulate_media(media="print")
             margin = {side: f"{mm}mm" for side, mm in pdf.MARGIN_MM.items()}
             opened.pdf(
-                path=str(folder / PRINTED), format="A4", print_background=True, margin=margin
+                path=str(folder / printed_name), format="A4", print_background=True, margin=margin
             )
             browser.close()
 
     # as tools/pdf.py: Playwright's sync API in a thread with no running asyncio loop
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pool.submit(printed).result()
-    return folder / PRINTED
+    return folder / printed_name
 
 
-def build(out=OUTPUT, pdfs=True, source=SOURCE):
-    """The bank's page (and PDF) in `out`; the questions."""
+def build(out=OUTPUT, pdfs=True, source=SOURCE, paper_ids=None):
+    """The bank's page and a paper (and their PDFs) in `out`; the questions of the bank."""
     questions = read(source)
+    # the paper's questions first: an unknown id stops the build before anything is written
+    set_questions = chosen(questions, paper_ids)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copytree(MATHJAX, out / "mathjax", dirs_exist_ok=True)
     (out / PAGE).write_text(page(questions))
+    (out / PAPER).write_text(paper(set_questions))
     print(f"exam bank: {len(questions)} questions, {out / PAGE}")
+    print(f"exam paper: {len(set_questions)} questions, {out / PAPER}")
     if pdfs:
         print(f"exam bank: {print_pdf(out)}")
+        print(f"exam paper: {print_pdf(out, PAPER, PAPER_PRINTED)}")
     return questions
 
 
@@ -206,9 +260,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=OUTPUT)
     parser.add_argument("--source", type=pathlib.Path, default=SOURCE, help="a bank of your own")
+    parser.add_argument("--paper", help="the paper's question ids, comma-separated (default all)")
     parser.add_argument("--no-pdf", action="store_true")
     args = parser.parse_args(argv)
-    build(args.out.resolve(), pdfs=not args.no_pdf, source=args.source.resolve())
+    ids = [i.strip() for i in args.paper.split(",") if i.strip()] if args.paper else None
+    build(args.out.resolve(), pdfs=not args.no_pdf, source=args.source.resolve(), paper_ids=ids)
 
 
 if __name__ == "__main__":
