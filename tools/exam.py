@@ -176,6 +176,7 @@ def page(questions):
             title = f"Question {number}.{index} ({worth(q)})"
             body.append(
                 f'<section class="question" id="{q.id}"><h3>{title}</h3>'
+                f'<p class="question-id">id for a paper: <code>{q.id}</code></p>'
                 f"{markdown_html(q.question)}"
                 f'<div class="answer"><h4>Model answer</h4>{markdown_html(q.answer)}</div>'
                 f'<div class="rubric"><h4>{exercises.rubric_title(q.rubric)}</h4>'
