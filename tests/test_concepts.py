@@ -221,6 +221,35 @@ def test_the_right_options_are_spread_over_the_positions():
         assert len(places) > 1, f"chapter {chapter}: every right answer in one place"
 
 
+def right_is_longest(q):
+    """Whether a choice question's right option is longer than every other, in characters of
+    the text the reader sees."""
+    others = [len(option) for option in q.options if option != q.answer]
+    return len(q.answer) > max(others)
+
+
+def test_the_right_option_is_not_given_away_by_its_length():
+    """A reader must not learn to pick the longest option (the review found it right in 57 of
+    87 questions): it is the right one in at most 30% of the choice questions, and in at most
+    half of any chapter's."""
+    choices = [q for q in QUESTIONS if q.kind == "choice"]
+    longest = [q for q in choices if right_is_longest(q)]
+    assert len(longest) <= 0.3 * len(choices), [q.anchor for q in longest]
+    for chapter in NUMBERS:
+        mine = [q for q in choices if q.chapter == chapter]
+        theirs = [q.anchor for q in longest if q.chapter == chapter]
+        assert len(theirs) <= len(mine) / 2, f"chapter {chapter}: {theirs}"
+
+
+def test_the_length_check_counts_characters():
+    """The count above on made-up options: strictly longest, tied, shorter."""
+    ask = functools.partial(concepts.Question, 1, 1, "x", "choice", "?", "why")
+    assert right_is_longest(ask(("abcd", "ab", "abc"), "abcd"))
+    assert not right_is_longest(ask(("abcd", "wxyz", "abc"), "abcd"))
+    assert not right_is_longest(ask(("ab", "wxyz", "abc"), "ab"))
+    assert right_is_longest(ask(("ααα", "ab"), "ααα")), "characters, not bytes"
+
+
 def test_the_shown_options_are_the_files_options():
     for q in QUESTIONS:
         if q.kind == "choice":
