@@ -7,18 +7,34 @@
 (function () {
   "use strict";
 
+  const NUMBER = /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i;
+
   // "1,050,624", "1 050 624", "−0.5", "14.6%", "0,25" (a decimal comma) or "1.5 GiB" (the
-  // question's own unit) -> a number; NaN for anything else, a different unit included.
-  function parseNumber(text, unit) {
+  // question's own unit) -> the numbers it may mean: none for anything else (a different unit
+  // included), two for a single comma before exactly three digits ("8,578": 8578 or 8.578).
+  function readings(text, unit) {
     let t = text.trim().replace(/\u2212/g, "-");
     // the question's unit (or %) after the number, with or without a space
     const suffix = unit ? unit.toLowerCase() : "%";
     if (t.toLowerCase().endsWith(suffix)) t = t.slice(0, -suffix.length);
     t = t.replace(/[\s_]/g, "").replace(/%$/, "");
-    // a comma before exactly three digits groups thousands; any other comma is a decimal one
+    // one comma before exactly three digits, no point: thousands or decimals, both are read
+    const ambiguous = /^[^,.]*,\d{3}(?:[^\d,.][^,.]*)?$/.test(t);
+    const texts = ambiguous ? [t.replace(",", ""), t.replace(",", ".")] : [commaRead(t)];
+    return texts.filter((x) => NUMBER.test(x)).map(Number);
+  }
+
+  // a comma before exactly three digits groups thousands; any other single comma is a decimal one
+  function commaRead(t) {
     t = t.replace(/,(?=\d{3}(?:\D|$))/g, "");
     if (!t.includes(".") && (t.match(/,/g) || []).length === 1) t = t.replace(",", ".");
-    return /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i.test(t) ? Number(t) : NaN;
+    return t;
+  }
+
+  // true when the text is a number followed by some other unit than `unit` ("1024 MiB")
+  function otherUnit(text, unit) {
+    const match = text.trim().match(/^(.*\d)\s*([a-zµ][\w/µ]*)$/i);
+    return Boolean(unit && match && readings(match[1], "").length);
   }
 
   // true (right), false (wrong), or a string asking for an answer first.
@@ -29,15 +45,18 @@
     },
     numeric(box) {
       const unit = box.dataset.unit || "";
-      const value = parseNumber(box.querySelector("input").value, unit);
-      if (Number.isNaN(value)) {
+      const typed = box.querySelector("input").value;
+      const values = readings(typed, unit);
+      if (!values.length) {
+        if (otherUnit(typed, unit)) return `Give the answer in ${unit}.`;
         return unit
           ? `Type a number first, in ${unit}, such as 0.25 or 1024.`
           : "Type a number first, such as 0.25 or 1024.";
       }
       const right = Number(box.dataset.value);
       const slack = Number(box.dataset.tolerance) + 1e-9 * Math.abs(right);
-      return Math.abs(value - right) <= slack;
+      // right if any reading of the text is within the tolerance
+      return values.some((value) => Math.abs(value - right) <= slack);
     },
     order(box) {
       const menus = [...box.querySelectorAll("select")];

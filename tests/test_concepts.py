@@ -221,6 +221,35 @@ def test_the_right_options_are_spread_over_the_positions():
         assert len(places) > 1, f"chapter {chapter}: every right answer in one place"
 
 
+def right_is_longest(q):
+    """Whether a choice question's right option is longer than every other, in characters of
+    the text the reader sees."""
+    others = [len(option) for option in q.options if option != q.answer]
+    return len(q.answer) > max(others)
+
+
+def test_the_right_option_is_not_given_away_by_its_length():
+    """A reader must not learn to pick the longest option (the review found it right in 57 of
+    87 questions): it is the right one in at most 30% of the choice questions, and in at most
+    half of any chapter's."""
+    choices = [q for q in QUESTIONS if q.kind == "choice"]
+    longest = [q for q in choices if right_is_longest(q)]
+    assert len(longest) <= 0.3 * len(choices), [q.anchor for q in longest]
+    for chapter in NUMBERS:
+        mine = [q for q in choices if q.chapter == chapter]
+        theirs = [q.anchor for q in longest if q.chapter == chapter]
+        assert len(theirs) <= len(mine) / 2, f"chapter {chapter}: {theirs}"
+
+
+def test_the_length_check_counts_characters():
+    """The count above on made-up options: strictly longest, tied, shorter."""
+    ask = functools.partial(concepts.Question, 1, 1, "x", "choice", "?", "why")
+    assert right_is_longest(ask(("abcd", "ab", "abc"), "abcd"))
+    assert not right_is_longest(ask(("abcd", "wxyz", "abc"), "abcd"))
+    assert not right_is_longest(ask(("ab", "wxyz", "abc"), "ab"))
+    assert right_is_longest(ask(("ααα", "ab"), "ααα")), "characters, not bytes"
+
+
 def test_the_shown_options_are_the_files_options():
     for q in QUESTIONS:
         if q.kind == "choice":
@@ -436,6 +465,52 @@ def test_the_qti_package_has_a_manifest_and_the_answers(exports):
     assert seen == set(BY_ANCHOR)
 
 
+# ----------------------------------------------------------------------------- page = exports
+
+
+def page_interval(q):
+    """The numbers the page accepts for a numeric question, read from its HTML (the script
+    takes data-value ± data-tolerance)."""
+    from _ext import course_concepts
+
+    box = course_concepts.question_html(q)
+    value = float(html.unescape(re.search(r'data-value="([^"]+)"', box)[1]))
+    tolerance = float(html.unescape(re.search(r'data-tolerance="([^"]+)"', box)[1]))
+    return value - tolerance, value + tolerance
+
+
+def export_intervals(folder):
+    """{anchor: [(low, high) of GIFT, of Moodle XML, of QTI]} for every numeric question."""
+    found = {}
+    parsed, _ = parse_gift((folder / concepts.GIFT_FILE).read_text())
+    for name, (_, answer, _) in parsed.items():
+        if answer[0] == "numeric":
+            found.setdefault(name, []).append((answer[1] - answer[2], answer[1] + answer[2]))
+    for element in ET.parse(folder / concepts.MOODLE_FILE).getroot().iter("question"):
+        if element.get("type") == "numerical":
+            value = float(element.findtext("answer/text"))
+            tolerance = float(element.findtext("answer/tolerance"))
+            found[element.findtext("name/text")].append((value - tolerance, value + tolerance))
+    archive = zipfile.ZipFile(io.BytesIO((folder / concepts.QTI_FILE).read_bytes()))
+    for name in archive.namelist():
+        for item in ET.fromstring(archive.read(name)).iter(f"{QTI}item"):
+            if item.findtext(f".//{QTI}fieldentry") == "numerical_question":
+                found[item.get("ident")].append(qti_answer(item))
+    return found
+
+
+def test_the_exports_accept_the_same_numbers_as_the_page(exports):
+    """15.1 (56.889 ± 0.1): "57" was wrong on the page but right in the GIFT export (56.9 ±
+    0.1). Every export's accepted interval is the page's."""
+    found = export_intervals(exports)
+    assert set(found) == {q.anchor for q in NUMERIC}
+    for q in NUMERIC:
+        low, high = page_interval(q)
+        assert found[q.anchor] == [(low, high)] * 3, q.anchor
+    low, high = page_interval(BY_ID[15, "mla-numbers-per-token"])
+    assert not low <= 57 <= high, "the page's own verdict on 57 holds in the exports too"
+
+
 # ----------------------------------------------------------------------------- the website
 
 
@@ -526,11 +601,51 @@ def test_a_number_may_carry_a_decimal_comma_and_its_unit(browser, base_url):
         focus_and_type(page, field, typed)
         page.keyboard.press("Enter")
         assert verdict(page, q.anchor).startswith("Right."), typed
-    focus_and_type(page, field, f"{value:.3f} MiB")
+    focus_and_type(page, field, f"{value * 1024:.0f} MiB")
+    page.keyboard.press("Enter")
+    assert verdict(page, q.anchor) == "Give the answer in GiB."
+    focus_and_type(page, field, "GiB")
     page.keyboard.press("Enter")
     assert verdict(page, q.anchor) == "Type a number first, in GiB, such as 0.25 or 1024."
     page.close()
     assert not errors, errors
+
+
+def typed_verdicts(browser, base_url, chapter, name, typings):
+    """The verdicts of one numeric question for each text typed into it."""
+    page, errors = chapter_page(browser, base_url, chapter)
+    q = BY_ID[chapter, name]
+    verdicts = []
+    for typed in typings:
+        focus_and_type(page, f"#{q.anchor}-input", typed)
+        page.keyboard.press("Enter")
+        verdicts.append(verdict(page, q.anchor).split(".")[0])
+    page.close()
+    assert not errors, errors
+    return verdicts
+
+
+def test_a_comma_before_three_digits_may_be_either_a_decimal_or_a_thousands_one(browser, base_url):
+    """ "8,578" is 8.578 or 8578: right if either reading is within the tolerance; a number
+    wrong under both readings stays wrong."""
+    # 15.3 asks for GiB to 2 decimals (8.578 is within 0.01): the comma is a decimal one
+    gib = independent(BY_ID[15, "v3-long-cache"])
+    decimal = f"{gib:.3f}".replace(".", ",")
+    wrong = f"{gib + 0.5:.3f}".replace(".", ",")
+    typings = [decimal, f"{decimal} GiB", wrong]
+    assert typed_verdicts(browser, base_url, 15, "v3-long-cache", typings) == [
+        "Right",
+        "Right",
+        "Not right",
+    ]
+    # 19.3 asks for a whole number of blocks: the comma groups thousands
+    blocks = independent(BY_ID[19, "blocks-in-memory"])
+    typings = [f"{blocks:,.0f}", f"{blocks + 1:,.0f}"]
+    assert "," in typings[0]
+    assert typed_verdicts(browser, base_url, 19, "blocks-in-memory", typings) == [
+        "Right",
+        "Not right",
+    ]
 
 
 def test_an_order_is_answered_with_its_menus(browser, base_url):

@@ -64,12 +64,6 @@ class Question:
         return f"cc-{self.chapter:02d}-{self.number}"
 
     @property
-    def rounded(self):
-        """A numeric answer as the website shows it and the exports accept it (within the
-        tolerance around it)."""
-        return float(format_number(self.answer, self.digits))
-
-    @property
     def shown_answer(self):
         """The answer as a reader reads it."""
         if self.kind == "numeric":
@@ -187,7 +181,8 @@ def _gift_answers(q):
         marks = [("=" if o == q.answer else "~") + gift_text(o) for o in q.options]
         return " ".join(marks)
     if q.kind == "numeric":
-        return f"#{q.rounded!r}:{q.tolerance!r}"
+        # the page's value and tolerance, so that the page and the platforms accept the same
+        return f"#{q.answer!r}:{q.tolerance!r}"
     pairs = [f"={gift_text(step)} -> {POSITIONS[i]}" for i, step in enumerate(q.answer)]
     return " ".join(pairs)
 
@@ -233,7 +228,7 @@ def _moodle_answers(element, q):
         ET.SubElement(element, "shuffleanswers").text = "1"
         ET.SubElement(element, "answernumbering").text = "abc"
     elif q.kind == "numeric":
-        answer = _text(element, "answer", repr(q.rounded), fmt="moodle_auto_format")
+        answer = _text(element, "answer", repr(q.answer), fmt="moodle_auto_format")
         answer.set("fraction", "100")
         ET.SubElement(answer, "tolerance").text = repr(q.tolerance)
     else:
@@ -323,10 +318,10 @@ def _qti_numeric(presentation, processing, q):
 
     def in_range(condition):
         ET.SubElement(condition, "vargte", {"respident": "response1"}).text = repr(
-            q.rounded - q.tolerance
+            q.answer - q.tolerance
         )
         ET.SubElement(condition, "varlte", {"respident": "response1"}).text = repr(
-            q.rounded + q.tolerance
+            q.answer + q.tolerance
         )
 
     _set_score(processing, in_range, "100")
