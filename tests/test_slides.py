@@ -8,6 +8,7 @@ request answered by the local server, MathJax's typesetting without an error, no
 slide's edges; and the chapter page's link leads to its deck.
 """
 
+import functools
 import re
 
 import nbformat
@@ -36,8 +37,14 @@ def lecture_part(path):
     return cells
 
 
+@functools.cache
+def deck_html(path):
+    return slides.deck(path, {})
+
+
 def written_deck(path):
-    return BeautifulSoup(slides.deck(path, {}), "html.parser")
+    """The deck's HTML, parsed afresh (a test may take its notes out)."""
+    return BeautifulSoup(deck_html(path), "html.parser")
 
 
 @pytest.mark.parametrize("path", DECKS)
@@ -59,10 +66,20 @@ def test_a_deck_has_a_slide_per_section_figure_and_tagged_cell(path):
         plain = re.sub(r"[`*]|\$[^$]*\$", "", heading).strip()
         assert plain in shown_headings, (path.name, heading, shown_headings)
     assert len(soup.select("section.figure")) == len(figures) >= 1, path.name
-    assert len(soup.select("section.code")) == len(tagged) >= 1, path.name
-    # the tagged cells' code is on the slides as it is in the notebook
-    code = [pre.get_text() for pre in soup.select("section.code pre code")]
-    assert code == [c.source for c in tagged]
+    assert len(soup.select("section.code:not(.continued)")) == len(tagged) >= 1, path.name
+    # the tagged cells' code is on the slides as it is in the notebook: a long cell over two
+    # slides or more (continued), cut between two lines
+    code = []
+    for section in soup.select("section.code"):
+        text = section.select_one("pre code").get_text()
+        if "continued" in section["class"]:
+            code[-1] += "\n" + text
+        else:
+            code.append(text)
+    sources = [c.source for c in tagged]
+    assert [re.sub(r"\n\s*\n", "\n", c) for c in code] == [
+        re.sub(r"\n\s*\n", "\n", c) for c in sources
+    ]
 
 
 @pytest.mark.parametrize("path", DECKS)
@@ -330,6 +347,31 @@ NOTHING_CLIPPED = """() => {
 }"""
 
 
+# Each slide in turn at 1280 x 720: code or output in type under 16 px (of the 1280 x 720
+# slide), and figure captions that reach into the 80 px at the right where reveal.js draws its
+# navigation arrows; [] when there are none.
+READABLE = """() => {
+  const frame = document.querySelector('.reveal .slides').getBoundingClientRect();
+  const problems = [];
+  Reveal.getSlides().forEach((slide, k) => {
+    Reveal.slide(k);
+    const scale = Reveal.getScale();
+    for (const pre of slide.querySelectorAll('pre')) {
+      const size = parseFloat(getComputedStyle(pre).fontSize);
+      if (size < 15.9) problems.push(`slide ${k + 1}: ${size}px type`);
+    }
+    for (const caption of slide.querySelectorAll('figcaption p')) {
+      const range = document.createRange();
+      range.selectNodeContents(caption);
+      const right = Math.max(...[...range.getClientRects()].map(r => r.right));
+      if (right > frame.right - 80 * scale)
+        problems.push(`slide ${k + 1}: caption under the arrows (${frame.right - right}px)`);
+    }
+  });
+  return problems;
+}"""
+
+
 @pytest.fixture(scope="module")
 def decks(tmp_path_factory):
     """The decks alone (tools/slides.py, with the website's MathJax), served: for the tests
@@ -342,7 +384,8 @@ def decks(tmp_path_factory):
 
 def test_every_slide_shows_all_it_holds(decks, browser):
     """Every slide of every deck at 1280 x 720: no code, output or equation cut off or
-    scrolled, and nothing outside the slide (one browser page for all the decks)."""
+    scrolled, nothing outside the slide, no code under 16 px and no caption under the
+    navigation arrows (one browser page for all the decks)."""
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -352,7 +395,7 @@ def test_every_slide_shows_all_it_holds(decks, browser):
         page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise")
         page.evaluate("MathJax.startup.promise")
         page.evaluate("document.fonts.ready")
-        clipped[path.name[:2]] = page.evaluate(NOTHING_CLIPPED)
+        clipped[path.name[:2]] = page.evaluate(NOTHING_CLIPPED) + page.evaluate(READABLE)
     page.close()
     assert not errors, errors
     assert {deck: found for deck, found in clipped.items() if found} == {}
@@ -420,3 +463,148 @@ def test_no_axe_violation_on_a_deck(number, browser, base_url):
         page.wait_for_timeout(400)
     assert found == [], found
     page.close()
+
+
+# ------------------------------------------------------- what a lecturer reads and says (round 2)
+
+
+@pytest.mark.parametrize(
+    "text, sentences",
+    [  # cut by hand
+        ("One (see fig. A. It is b). Two.", ["One (see fig. A. It is b).", "Two."]),
+        ("A is $x. Y$ here. B.", ["A is $x. Y$ here.", "B."]),
+        ("A [1. B] c. D.", ["A [1. B] c.", "D."]),
+        ("Plain. Two. Three.", ["Plain.", "Two.", "Three."]),
+    ],
+)
+def test_sentences_are_never_cut_inside_brackets(text, sentences):
+    assert slides.split_sentences(text) == sentences
+
+
+def unclosed_in_the_chapter(path):
+    """The chapter's own paragraphs whose round brackets do not balance (a slip of the text,
+    not of the slides), as letters."""
+    paragraphs = [
+        p
+        for cell in nbformat.read(path, as_version=4).cells
+        if cell.cell_type == "markdown"
+        for p in re.split(r"\n\s*\n|\n(?=- |\d+\. )", cell.source)  # paragraphs, list items
+    ]
+    return [letters(p) for p in paragraphs if p.count("(") != p.count(")")]
+
+
+def test_no_note_is_cut_inside_brackets():
+    """Every line of the notes closes the brackets it opens (12/10 ended inside "( ... )"),
+    unless the chapter's own sentence leaves one open."""
+    problems = []
+    for path in CHAPTERS:
+        slips = unclosed_in_the_chapter(path)
+        for k, section in enumerate(written_deck(path).select("section"), 1):
+            aside = section.select_one("aside.notes")
+            for line in aside.get_text("\n").splitlines() if aside else []:
+                if line.count("(") == line.count(")"):
+                    continue
+                opened = line.rfind("(") if line.count("(") > line.count(")") else len(line)
+                before = letters(line[:opened])[-25:]
+                if not any(before in slip for slip in slips):
+                    problems.append((f"{path.name[:2]}/{k}", line[-120:]))
+    assert problems == []
+
+
+def deck_notes(path):
+    """(slide number, its classes, the notes' text, the slide's text) of every slide."""
+    for k, section in enumerate(written_deck(path).select("section"), 1):
+        aside = section.select_one("aside.notes")
+        notes = aside.extract().get_text(" ") if aside else ""
+        yield k, section.get("class", []), notes, section.get_text(" ")
+
+
+@pytest.mark.parametrize("path", DECKS)
+def test_no_note_talks_of_cells_or_repeats_another(path):
+    """The notes speak of the idea, not of the notebook ("the cell after this one checks",
+    "printed"), and no sentence of them is read again on a later slide (12/15 repeated 12/14)."""
+    said = {}
+    for k, classes, notes, _ in deck_notes(path):
+        if "concept" in classes:  # the question bank's explanations, written for the room
+            continue
+        assert not re.search(r"\bcells?\b|\bprinted\b|\bcode (below|above)\b", notes, re.I), (
+            path.name,
+            k,
+            notes,
+        )
+        for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z])", notes):
+            if len(sentence) >= 40:
+                assert sentence not in said, (path.name, k, said.get(sentence), sentence)
+                said[sentence] = k
+
+
+@pytest.mark.parametrize("path", DECKS)
+def test_no_slide_opens_by_pointing_at_the_page(path):
+    """A section's slide does not open with "The table above ...", "The tables above change
+    ...", "Proved above" (the deck holds no such table); nor is it a bare heading."""
+    pointing = re.compile(r"^\W*(\S+\s+){0,4}(above|below)\b(?!\s+(the|zero|\d)\b)", re.I)
+    for k, section in enumerate(written_deck(path).select("section"), 1):
+        classes = section.get("class", [])
+        if classes in ([], ["equations"]) and section.find("p"):
+            first = re.split(r"(?<=[.!?])\s+", section.find("p").get_text(" ").strip())[0]
+            assert not pointing.search(first), (path.name, k, first)
+        if not classes:  # a section without equations: some text under its heading
+            assert section.find(["p", "ul", "ol", "table"]), (path.name, k)
+        for item in section.select("li") if "summary" in classes else []:
+            for sentence in re.split(r"(?<=[.!?])\s+", item.get_text(" ")):
+                assert not pointing.search(sentence), (path.name, k, sentence)
+
+
+def test_the_title_slide_has_the_chapters_motivation_in_its_notes():
+    """The title slide's notes say what its slide does not: the rest of the opening, or the
+    lecture's road map (its sections' headings)."""
+    for path in CHAPTERS:
+        title = written_deck(path).select_one("section.title")
+        aside = title.select_one("aside.notes")
+        assert aside, path.name
+        notes = aside.extract().get_text()
+        assert 3 <= len(notes.split()) <= NOTES_WORDS, (path.name, notes)
+        assert letters(notes)[:40] not in letters(title.get_text()), (path.name, notes)
+
+
+@pytest.mark.parametrize("path", DECKS)
+def test_numbered_steps_are_named_only_where_they_are_shown(path):
+    """ "Steps 2, 3, 5 and 6 are sums over tiles" only where the slide shows a numbered list."""
+    for k, _, notes, text in deck_notes(path):
+        if re.search(r"\b[Ss]teps? \d", notes + text):
+            assert written_deck(path).select("section")[k - 1].find("ol"), (path.name, k)
+
+
+def test_a_long_summary_bullet_shows_its_first_sentence_only():
+    """10/22 had one bullet of 130 words: a bullet of more than 40 words is one sentence on the
+    slide (the rest in the notes)."""
+    for path in CHAPTERS:
+        for section in written_deck(path).select("section.summary"):
+            for item in section.select("li"):
+                text = re.sub(r"\\\(.*?\\\)", "x", item.get_text(" "))
+                if len(text.split()) > 40:
+                    assert len(re.findall(r"[.!?](\s|$)", text.strip())) == 1, (path.name, text)
+
+
+@pytest.mark.parametrize("path", DECKS)
+def test_an_order_question_asks_for_the_order_once(path):
+    for section in written_deck(path).select("section.concept"):
+        said = len(re.findall(r"\bin order\b", section.get_text(" "), re.I))
+        assert said <= 1, (path.name, section.get_text(" ")[:80])
+    questions = [q for q in concepts.load(int(path.name[:2])) if q.kind == "order"]
+    shown = written_deck(path).select("section.concept")
+    for question in questions:
+        slide = shown[question.number - 1]
+        assert re.search(r"\bin order\b", slide.get_text(" "), re.I), (path.name, question.id)
+
+
+def test_exercises_are_numbered_with_their_chapter():
+    """ "(exercise 4)" on chapter 12's slides is exercise 12.4."""
+    problems = []
+    for path in CHAPTERS:
+        for k, _, notes, text in deck_notes(path):
+            for found in re.finditer(r"\b[Ee]xercises? \d+(?![.\d])", notes + " " + text):
+                problems.append((f"{path.name[:2]}/{k}", found[0]))
+    assert problems == []
+    deck = written_deck(CHAPTERS[11]).select_one("section.title").get_text()
+    assert "(exercise 12.4)" in deck

@@ -97,7 +97,8 @@ def plain_text(markdown):
 # "above" or "below" pointing at the chapter's page (the notes have none): not a comparison
 # ("above the diagonal", "below 0.2", "far above them")
 PAGE_POINTER = re.compile(
-    r"\s+(?:above|below)\b(?!\s+(?:the|a|an|it|its|that|them|this|these|those|zero|one|\d|[A-Z]))"
+    r"\s+(?:above|below)\b"
+    r"(?!\s+(?:(?:the|a|an|it|its|that|them|this|these|those|zero|one)\b|\d|[A-Z]))"
 )
 
 
@@ -118,13 +119,35 @@ def first_paragraph(markdown):
 
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
+MATH_SPAN = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|\\\(.*?\\\)", re.S)
+
+
+def split_sentences(text, maxsplit=0):
+    """A text's sentences, never cut inside brackets ("( ... )", "[ ... ]") nor inside maths:
+    a sentence end counts only where every bracket opened before it is closed."""
+    masked = MATH_SPAN.sub(lambda m: "x" * len(m[0]), text)  # maths: no brackets, no ends
+    pieces, start, depth, at = [], 0, 0, 0
+    for end in SENTENCE_END.finditer(masked):
+        # the brackets opened and closed since the last sentence end
+        depth += sum(masked.count(c, at, end.start()) for c in "([") - sum(
+            masked.count(c, at, end.start()) for c in ")]"
+        )
+        at = end.start()
+        # a bracket the text never closes (a slip in the chapter) does not hold the cut back
+        closes = sum(masked.count(c, at) for c in ")]")
+        if (depth <= 0 or closes < depth) and (not maxsplit or len(pieces) < maxsplit):
+            pieces.append(text[start : end.start()])
+            start, depth = end.end(), 0
+    return [*pieces, text[start:]]
+
+
 SHORT = 300  # characters of prose on a slide without equations
 NOTES = 600  # characters of speaker notes on one slide (about 100 words)
 
 
 def opening_sentences(markdown, limit=SHORT):
     """The first sentences of a paragraph, as many as fit in `limit` characters (at least one)."""
-    sentences = SENTENCE_END.split(markdown.strip())
+    sentences = split_sentences(markdown.strip())
     kept = sentences[:1]
     for sentence in sentences[1:]:
         if len(" ".join([*kept, sentence])) > limit:
@@ -135,7 +158,7 @@ def opening_sentences(markdown, limit=SHORT):
 
 def last_sentences(markdown, limit=SHORT):
     """The last sentences of a text, as many as fit in `limit` characters (at least one)."""
-    sentences = SENTENCE_END.split(markdown.strip())
+    sentences = split_sentences(markdown.strip())
     kept = sentences[-1:]
     for sentence in reversed(sentences[:-1]):
         if len(" ".join([sentence, *kept])) > limit:
@@ -178,8 +201,35 @@ def paragraphs(markdown):
     ]
 
 
+# A sentence about the notebook, not the idea: its cells ("the next cell times ..."), the code
+# below or above, what is printed; or one naming the steps of a numbered list ("Steps 2 and 3
+# are ...") that the notes do not hold
+CELL_TALK = re.compile(
+    r"\bcells?\b|\bcode (?:below|above)\b|\bprint(?:s|ed|out)?\b|\b[Ss]teps? \d", re.I
+)
+
+
+A_CELL = re.compile(
+    r"\b([Tt])he (?:next |following |last |previous )?cell"
+    r"(?: (?:below|above|after (?:this one|it)))?|\s*\((?:next|this|the) cell\)"
+)
+
+
+def without_cell_talk(markdown):
+    """A text without its sentences about the notebook's cells and printouts (`CELL_TALK`);
+    where every sentence is, the text with "the cell" read as "the code"."""
+    sentences = [t.strip() for t in split_sentences(markdown.strip()) if t.strip()]
+    kept = [t for t in sentences if not CELL_TALK.search(t)]
+    if not kept:  # all about the code: said of the code instead
+        said = (A_CELL.sub(lambda m: f"{m[1]}he code" if m[1] else "", t) for t in sentences)
+        kept = [t for t in said if not CELL_TALK.search(t)]
+    return " ".join(kept)
+
+
 def notes_text(markdown, limit=NOTES):
-    """Speaker notes from prose: cut at a sentence end to `limit` characters."""
+    """Speaker notes from prose: no sentence about the notebook's cells, cut at a sentence end
+    to `limit` characters."""
+    markdown = without_cell_talk(markdown)
     return plain_text(opening_sentences(markdown, limit)) if markdown.strip() else ""
 
 
@@ -211,23 +261,74 @@ def equation_sentence(before, block, after):
 
 def opening(lead):
     """The unfinished sentence at the end of a lead-in (what the equation completes)."""
-    return re.split(r"(?<=[.!?])\s+", lead)[-1] + " " if lead else ""
+    return split_sentences(lead)[-1] + " " if lead else ""
 
 
 def lead_in_note(lead):
     """A lead-in as a line of the notes, its equation read as text."""
+    lead = without_cell_talk(lead)
     return plain_text(lead) if lead.strip() else ""
 
 
 def list_items(markdown):
-    """The items of a Markdown bullet list, each with its continuation lines."""
-    items = []
+    """The items of a Markdown bullet list, each with its continuation lines (indented, or
+    not: a lazy continuation line, as CommonMark reads it, up to a blank line)."""
+    items, open_item = [], False
     for line in markdown.splitlines():
         if line.startswith("- "):
             items.append(line)
-        elif items and line.startswith(" ") and line.strip():
+            open_item = True
+        elif items and line.strip() and (open_item or line.startswith(" ")):
             items[-1] += "\n" + line
+        else:
+            open_item = False
     return items
+
+
+EXERCISE_NUMBER = re.compile(r"\b([Ee]xercises? )(\d+(?:(?:,| and| or) \d+)*)\b(?![.\d])")
+OTHER_CHAPTER = re.compile(r"[Cc]hapter (\d+)(?:'s|,) $")
+
+
+def qualified_exercises(text, chapter):
+    """ "(exercise 4)" -> "(exercise 12.4)" in chapter 12 (the slides' exercises are numbered
+    so); "chapter 10, exercise 4" -> "chapter 10, exercise 10.4"."""
+
+    def qualify(match):
+        other = OTHER_CHAPTER.search(text[max(0, match.start() - 14) : match.start()])
+        number = other[1] if other else chapter
+        numbers = re.sub(r"\d+", lambda n: f"{number}.{n[0]}", match[2])
+        return match[1] + numbers
+
+    return EXERCISE_NUMBER.sub(qualify, text)
+
+
+# a sentence that opens by pointing at the page: "above" or "below" in its first five words
+OPENS_POINTING = re.compile(r"^\W*(?:[\w'’-]+\W+){0,4}?(?:above|below)\b")
+
+
+def points_away(sentence):
+    """Whether a sentence opens by pointing at the chapter's page ("The table above ...",
+    "Proved above", "Nothing in the equations above ..."), which the slides do not show."""
+    found = OPENS_POINTING.match(sentence)
+    if found and PAGE_POINTER.search(sentence[: found.end() + 30] + " x"):
+        return True
+    # or a sentence (not a long run of them) about what the page shows above or below
+    return len(sentence) <= SHORT and bool(
+        PAGE_POINTER.search(sentence) or CELL_TALK.search(sentence)
+    )
+
+
+def not_pointing(markdown):
+    """A section's text without the sentences that open its first paragraph by pointing at
+    the page ("The tables above change one layer at a time."): it opens with the next one,
+    or with the next paragraph."""
+    first = first_paragraph(markdown)
+    sentences = split_sentences(first.strip()) if first.strip() else []
+    while sentences and points_away(sentences[0]):
+        sentences.pop(0)
+    if not first.strip() or len(sentences) == len(split_sentences(first.strip())):
+        return markdown
+    return markdown.replace(first, " ".join(sentences), 1)
 
 
 # ------------------------------------------------------------------------ the chapter's parts
@@ -263,7 +364,7 @@ class Section:
             for k, match in enumerate(found):
                 before = paragraphs(text[found[k - 1].end() if k else 0 : match.start()])
                 if before and k and re.match(r"[a-z,.;]", before[0]):  # the last one's end
-                    before[0] = (SENTENCE_END.split(before[0], maxsplit=1)[1:] or [""])[0]
+                    before[0] = (split_sentences(before[0], maxsplit=1)[1:] or [""])[0]
                 before = [p for p in before if p.strip()]
                 end = found[k + 1].start() if k + 1 < len(found) else len(text)
                 after = paragraphs(text[match.end() : end])
@@ -279,7 +380,7 @@ class Section:
         if not prose:
             return ""
         later = [prose[0][len(shown) :], *prose[1:]]
-        sentences = [t for p in later for t in SENTENCE_END.split(p.strip()) if t]
+        sentences = [t for p in later for t in split_sentences(p.strip()) if t]
         answer = CONCLUSION if self.heading.rstrip().endswith("?") else CORRECTION
         found = (t for t in sentences if answer.search(t) and not t.endswith(":"))
         return next((t for t in found if len(t) <= 2 * SHORT), "")
@@ -301,7 +402,7 @@ class Section:
         rest = [r.replace(point, "").strip() if point else r for r in rest]
         said = " ".join(r for r in rest if r) or prose[0]
         # a last sentence that introduces what the notes do not hold (a list): left out
-        sentences = SENTENCE_END.split(said)
+        sentences = split_sentences(said)
         if len(sentences) > 1 and sentences[-1].rstrip().endswith(":"):
             said = " ".join(sentences[:-1])
         return notes_text(said)
@@ -338,6 +439,10 @@ class Lecture:
         self.figures = {id(c): k for k, c in enumerate(learner._figure_cells(self.notebook), 1)}
         self._awaiting = None  # the section whose last code cell waits for its next paragraph
         self._read(exercises.parse(self.notebook))
+        for section in self.sections:  # its first paragraph, wherever it is
+            k = next((k for k, p in enumerate(section.prose) if first_paragraph(p)), None)
+            if k is not None:
+                section.prose[k] = not_pointing(section.prose[k])
 
     def _read(self, items):
         section = None
@@ -349,13 +454,15 @@ class Lecture:
                 section = self._read_markdown(lecture, section)
                 if summary:
                     summary = EXERCISES.split(summary[0], maxsplit=1)[0]
-                    self.summary = learner.convert_markdown(summary, self.chapter)
+                    summary = learner.convert_markdown(summary, self.chapter)
+                    self.summary = qualified_exercises(summary, self.number)
                     return
             elif "remove-cell" not in item.metadata.get("tags", []):
                 self._read_code(item, section)
 
     def _read_markdown(self, source, section):
         text = learner.convert_markdown(source, self.chapter) if source.strip() else ""
+        text = qualified_exercises(text, self.number)
         if text.startswith("# "):
             title, _, rest = text.partition("\n")
             self.title, self.opening = title[2:].strip(), first_paragraph(rest)
@@ -427,6 +534,8 @@ def section_slides(lecture, section, images):
     else:  # or one with the section's opening sentences
         opening = opening_sentences(first_paragraph("\n\n".join(section.prose)))
         point = section.point(opening)
+        if not opening.strip() and section.parts:  # a heading over its parts: their list
+            opening = "In this part:\n\n" + "\n".join(f"- {part}" for part in section.parts)
         bodies = [
             render(opening)
             + (render(point).replace("<p>", "<p class='point'>", 1) if point else "")
@@ -462,7 +571,7 @@ def section_slides(lecture, section, images):
 # The code slides' type sizes (em of the slide's 30 px), largest first: the largest at which a
 # cell's code and what it prints fit under the heading; its output goes on a slide of its own
 # where it is long, or where they do not fit together even at the smallest size but one.
-CODE_SIZES = {"": 0.6, "code-m": 0.5, "code-s": 0.42, "code-xs": 0.36}
+CODE_SIZES = {"": 0.6, "code-m": 0.54}  # 18 and 16.2 px: read from the back of a room
 OUTPUT_SCALE = 0.87  # the output's type, against the code's
 CODE_ROOM = 600, 1180  # px of the 1280 x 720 slide left under the heading: height, width
 SLIDE_PX = 30
@@ -481,16 +590,50 @@ def code_size(source, output, sizes=CODE_SIZES):
     longest = max(map(len, code + printed))
     height, width = CODE_ROOM
     for name, em in sizes.items():
-        tall = code_height(len(code), em) + code_height(len(printed), em * OUTPUT_SCALE)
+        out_em = max(em * OUTPUT_SCALE, list(CODE_SIZES.values())[-1])  # 16 px at least
+        tall = code_height(len(code), em) + code_height(len(printed), out_em)
         if tall <= height and longest * 0.6 * em * SLIDE_PX <= width:
             return name
     return None
 
 
+def code_parts(source):
+    """A cell's code in parts that each fit a slide at the smallest size: cut at a blank line
+    (else at any line) before the part grows too tall."""
+    lines, parts = source.splitlines(), []
+    em = list(CODE_SIZES.values())[-1]
+    most = int((CODE_ROOM[0] / (em * SLIDE_PX) - 2.5) / 1.2)  # lines that fit
+    while len(lines) > most:
+        blank = [k for k in range(most // 2, most) if not lines[k].strip()]
+        cut = blank[-1] if blank else most
+        parts.append("\n".join(lines[:cut]).rstrip("\n"))
+        lines = lines[cut:]
+        while lines and not lines[0].strip():
+            lines.pop(0)
+    return [*parts, "\n".join(lines)]
+
+
 def code_slides(subheading, section, item):
     """A code cell's slide, its type sized to fit; what it prints on the next slide where it
-    is long or the two do not fit together."""
+    is long or the two do not fit together; code too long for one slide over two or more."""
     _, source, output, lead, after = item
+    *first, last = code_parts(source)
+    if first:  # the cell over several slides, then what it prints
+        slides = [
+            slide(
+                (subheading if k == 0 else subheading.replace("</h3>", " (continued)</h3>"))
+                + f"<pre><code class='python' tabindex='0'>{html.escape(part)}</code></pre>",
+                notes_text(lead)
+                if k == 0
+                else f"The code, continued ({k + 1} of {1 + len(first)}).",
+                "code code-m" if k == 0 else "code continued code-m",
+            )
+            for k, part in enumerate([*first, last])
+        ]
+        said = notes_text(after) or "The output of the code on the slides before."
+        printed = f"<pre class='output'>{html.escape(output)}</pre>"
+        out = slide(subheading + "<p class='kicker'>It prints</p>" + printed, said, "output")
+        return slides + ([out] if output else [])
     together = dict(list(CODE_SIZES.items())[:-1])  # not the smallest: split first
     size = code_size(source, output, together)
     apart = bool(output) and (size is None or len(output.splitlines()) > MAX_OUTPUT_LINES)
@@ -503,7 +646,7 @@ def code_slides(subheading, section, item):
     if not apart:
         return [slide(subheading + code + printed, notes_text(lead), kind)]
     shown = slide(subheading + code, notes_text(lead), kind)
-    said = notes_text(after) or "What the code on the slide before prints."
+    said = notes_text(after) or "The output of the code on the slide before."
     return [shown, slide(subheading + "<p class='kicker'>It prints</p>" + printed, said, "output")]
 
 
@@ -518,15 +661,29 @@ def figure_notes(lecture, number, unshown, lead):
     cited = re.compile(rf"\bFig(?:ure|\.)\s*{lecture.number}\.{number}(?!\d)")
     texts = [p for section in lecture.sections for p in paragraphs("\n\n".join(section.prose))]
     refers = next((p for p in texts if cited.search(p)), "")
-    refers = " ".join(t for t in SENTENCE_END.split(refers) if cited.search(t))  # its words
+    refers = " ".join(t for t in split_sentences(refers) if cited.search(t))  # its words
     said = " ".join(t for t in (refers, unshown.strip()) if t)
     if len(said) < FEW_WORDS:  # little or nothing: what leads up to the figure too
         said = f"{said} {lead}".strip()
     return notes_text(said) or plain_text("The chapter says no more of it than its caption.")
 
 
+LONG_BULLET = 40  # words of a summary bullet on a slide; a longer one shows its first sentence
+
+
+def short_bullet(bullet):
+    """A summary bullet as its slide shows it, and what the notes say of it: its first
+    sentence where it is long (no sentence pointing at the page), the rest in the notes."""
+    text = re.sub(r"\s+", " ", bullet[2:]).strip()
+    text = re.sub(r",? as (?:\w+ )?(?:above|below)(?=[.,;])", "", text)  # "..., as measured above."
+    sentences = [t for t in split_sentences(text) if not points_away(t)] or [text]
+    if len(" ".join(sentences).split()) <= LONG_BULLET:
+        return "- " + " ".join(sentences), ""
+    return "- " + sentences[0], " ".join(sentences[1:])
+
+
 def summary_slides(lecture):
-    bullets = list_items(lecture.summary)
+    bullets, rests = zip(*map(short_bullet, list_items(lecture.summary))) or ((), ())
     groups = [[]]
     for bullet in bullets:
         full = len(groups[-1]) == MAX_BULLETS or len("".join(groups[-1]) + bullet) > MAX_SUMMARY
@@ -548,13 +705,20 @@ def summary_slides(lecture):
     later = "The summary, continued ({} of {})" + (
         f": the {checks} concept checks follow." if checks else "."
     )
+    # the rest of each long bullet after the slide's own notes, cut to fit
+    rest = {b: r for b, r in zip(bullets, rests) if r}
+    said = [" ".join(rest[b] for b in group if b in rest) for group in groups]
     return [
         slide(
             render("## Summary\n\n" + "\n".join(group)),
-            later.format(k + 1, len(groups)) if k else notes,
+            " ".join(
+                t
+                for t in (later.format(k + 1, len(groups)) if k else notes, notes_text(more, 450))
+                if t
+            ),
             "summary",
         )
-        for k, group in enumerate(groups)
+        for k, (group, more) in enumerate(zip(groups, said))
     ]
 
 
@@ -574,7 +738,7 @@ def concept_slides(lecture):
             tag = "ol type='A'" if q.kind == "choice" else "ul"
             options = "".join(f"<li>{html.escape(option)}</li>" for option in q.options)
             body += f"<{tag}>{options}</{tag.split()[0]}>"
-        if q.kind == "order":
+        if q.kind == "order" and not re.search(r"\bin order\b", q.prompt, re.I):
             body += "<p class='hint'>Put these steps in order.</p>"
         notes = html.escape(unicode_maths(f"Answer: {sentence(q.shown_answer)} {q.explanation}"))
         slides.append(slide(body, notes, "concept"))
@@ -626,13 +790,54 @@ def deck_slides(path, images):
         + f"<p class='course'>{html.escape(learner.book_config()['title'])}"
         + f" · {html.escape(version)}"
         + "</p><p class='course-licence'>Text and figures CC BY-SA 4.0, code MIT</p>",
+        title_notes(lecture),
         classes="title",
     )
     slides = [title]
     for section in lecture.sections:
         slides.extend(section_slides(lecture, section, images))
     slides += [*summary_slides(lecture), *concept_slides(lecture), exercise_slide(lecture)]
-    return lecture, slides
+    return lecture, without_repeats(slides)
+
+
+NOTES_ASIDE = re.compile(r'<aside class="notes">(.*?)</aside>', re.S)
+ANY_END = SENTENCE_END  # sentences as a listener hears them, brackets or not
+REPEATABLE = 40  # characters: a sentence this short may be said twice ("Answer: Nothing.")
+
+
+def without_repeats(slides):
+    """The deck's slides, no sentence of a slide's notes said in an earlier slide's notes
+    (a section's prose read again under its figure); where nothing new is left, a figure's
+    notes say that the caption is all, any other's stay as they were."""
+    said, out = set(), []
+    for text in slides:
+        found = NOTES_ASIDE.search(text)
+        lines = found[1].split("<br>") if found else []
+        kept = [
+            " ".join(t for t in ANY_END.split(line) if len(t) < REPEATABLE or t not in said)
+            for line in lines
+        ]
+        kept = [line for line in kept if line.strip()]
+        label = re.search(r"<figcaption><p>(Figure \d+\.\d+)\.", text)
+        if found and not kept and label:  # a figure the slides before have said all of
+            kept = [f"{label[1]}: the chapter says no more of it than its caption."]
+        if found and kept and kept != lines:
+            text = text.replace(found[0], f'<aside class="notes">{"<br>".join(kept)}</aside>')
+        said.update(t for line in lines for t in ANY_END.split(line))
+        out.append(text)
+    return out
+
+
+def title_notes(lecture):
+    """The chapter's motivation: the rest of its opening paragraph, then the lecture's road
+    map, the first sentence of each of its sections (its `##` headings)."""
+    shown = opening_sentences(lecture.opening, 2 * SHORT)
+    rest = split_sentences(lecture.opening.strip())[len(split_sentences(shown)) :]
+    rest = without_cell_talk(" ".join(rest))
+    parts = [s for s in lecture.sections if s.level == 2]
+    road = "; ".join(re.sub(r"[`*]", "", s.heading) for s in parts)
+    notes = " ".join(t for t in (rest, f"The lecture: {road}." if road else "") if t)
+    return plain_text(opening_sentences(notes, NOTES)) if notes else ""
 
 
 def deck(path, images):
