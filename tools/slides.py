@@ -118,7 +118,7 @@ def first_paragraph(markdown):
     return paragraphs[0] if paragraphs else ""
 
 
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\[])")  # the next sentence may open a link
 MATH_SPAN = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|\\\(.*?\\\)", re.S)
 
 
