@@ -310,7 +310,7 @@ def test_the_instructor_pdf_shows_every_rubric_and_the_learner_pdf_none(pdf_text
         if exercise.written_points
     ]
     printed = {
-        edition: re.findall(r"Rubric\(\d+(?:\.\d+)?points?\)", pdf_texts[edition][1])
+        edition: re.findall(r"Rubric\(\d+(?:\.\d+)?writtenpoints?\)", pdf_texts[edition][1])
         for edition in pdf.EDITIONS
     }
     assert printed["instructor"] == titles and len(titles) > 2 * len(CHAPTERS)
