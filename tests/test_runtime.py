@@ -148,6 +148,23 @@ def require_call(notebook):
     return {keyword.arg: keyword.value.value for keyword in call.keywords}
 
 
+def imported_modules(code):
+    """The top-level modules the import statements of `code` name (parsed, so an 'import'
+    inside a string or a comment does not count)."""
+    modules = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            modules |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            modules.add(node.module.split(".")[0])
+    return modules
+
+
+def test_imported_modules_reads_statements_not_text():
+    code = 'import os.path\nfrom torch.nn import functional\ntext = """\nfrom the cache"""\n'
+    assert imported_modules(code) == {"os", "torch"}
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
 def test_each_chapter_requires_what_it_imports(chapter):
     """The one place a chapter states its versions names every library it imports, and the
@@ -155,7 +172,7 @@ def test_each_chapter_requires_what_it_imports(chapter):
     notebook = nbformat.read(chapter, as_version=4)
     needs = require_call(notebook)
     code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
-    imported = set(re.findall(r"^\s*(?:from|import) (\w+)", code, re.M)) - STANDARD
+    imported = imported_modules(code) - STANDARD
     for module in imported:
         assert DISTRIBUTION_OF[module] in needs, module
     if "load_smollm2" in code or "gguf_path" in code:
