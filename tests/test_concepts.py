@@ -114,6 +114,15 @@ def _cache(layers, kv_heads, head_dim, tokens, batch=1, element=2):
 
 
 # Every numeric question, computed here by another route than its expression in concepts/.
+def _at_baseline_precision(g):
+    """The MLA cache's saving once stored in the baseline's bits: through bytes and numbers."""
+    baseline_bytes = 1000.0
+    mla_bytes = baseline_bytes * (100 - g["reported"]) / 100
+    mla_numbers = mla_bytes * 8 / g["mla_bits"]
+    mla_bytes_at_baseline = mla_numbers * g["baseline_bits"] / 8
+    return 100 * (baseline_bytes - mla_bytes_at_baseline) / baseline_bytes
+
+
 INDEPENDENT = {
     (1, "gaussian-weight"): lambda g: _gaussian_weights(g["query"], [0, 1, 2], g["h"])[0],
     (2, "loo-prediction"): lambda g: np.dot(_gaussian_weights(1, [0, 2], g["h"]), [0, 4]),
@@ -135,6 +144,7 @@ INDEPENDENT = {
     (8, "head-scale"): lambda g: 64**-0.5,
     (9, "llama3-cache"): lambda g: _cache(32, 8, 128, 8192) / 2**30,
     (9, "llama2-batch-cache"): lambda g: _cache(32, 32, 128, 4096, batch=4) / 2**30,
+    (15, "precision-share"): lambda g: _at_baseline_precision(g),
     (9, "saving-share"): lambda g: 100 * (g["heads"] - g["kv_heads"]) / g["heads"],
     (10, "slowest-wavelength"): lambda g: 2 * math.pi * g["base"] ** (62 / 64),
     (10, "yarn-factor"): lambda g: (0.1 * math.log(8) + 1) ** 2,
@@ -256,6 +266,27 @@ def test_the_shown_options_are_the_files_options():
             listed = yaml.safe_load((concepts.SOURCE / f"ch{q.chapter:02d}.yml").read_text())
             entry = next(e for e in listed["questions"] if e["id"] == q.id)
             assert sorted(q.options) == sorted(entry["options"])
+
+
+def test_chapter_9s_cache_order_is_the_order_of_the_caches():
+    """9's ordering, from the layers its steps describe: PyTorch's key and value tensors of one
+    token, counted (the cache is keys and values of the KV heads, whatever the query heads)."""
+    layers = {  # step: (query heads, KV heads, head size)
+        "Multi-query attention with 16 query heads of size 256.": (16, 1, 256),
+        "Grouped-query attention with 64 query heads of size 128 and 4 KV heads.": (64, 4, 128),
+        "Multi-head attention with 12 heads of size 64.": (12, 12, 64),
+        "Grouped-query attention with 32 query heads of size 128 and 8 KV heads.": (32, 8, 128),
+    }
+
+    def cached_numbers(kv_heads, head_dim):
+        key, value = torch.zeros(2, 1, kv_heads, 1, head_dim)  # (batch, kv heads, token, d_h)
+        return key.numel() + value.numel()
+
+    q = BY_ID[9, "cache-per-token"]
+    sizes = {step: cached_numbers(*layers[step][1:]) for step in q.answer}
+    assert set(q.answer) == set(layers)
+    assert list(sizes.values()) == sorted(sizes.values())
+    assert len(set(sizes.values())) == len(sizes), "no two layers tie"
 
 
 @pytest.mark.parametrize("q", [q for q in QUESTIONS if q.kind == "order"], ids=str)
