@@ -244,6 +244,24 @@ def test_no_note_ends_or_starts_mid_thought():
     assert problems == []
 
 
+def test_a_lead_in_to_what_the_notes_leave_out_is_left_out():
+    """Chapter 5's causal-mask section: a paragraph that leads in to a code cell ("... returns
+    it, True meaning may attend:") is not joined to the next paragraph's sentence in the notes
+    ("...may attend: With this mask ...")."""
+    section = slides.Section("Causal masks")
+    section.prose = [
+        "A causal mask lets a query see its own position and the earlier ones.\n\n"
+        "The package's `causal_mask(n)` returns it, True meaning may attend:\n",
+        "With this mask the weights are lower triangular. The diagonal belongs to it.\n",
+    ]
+    notes = section.opening_notes()
+    assert "attend:" not in notes and notes.startswith("With this mask"), notes
+    assert slides.without_lead_in("One. Two leads in:") == "One."
+    assert slides.without_lead_in("Only a lead-in:") == "Only a lead-in:"
+    for where, note in ALL_NOTES:
+        assert not re.search(r"\b(?:returns it|as follows|shows it):\s+[A-Z]", note), (where, note)
+
+
 @pytest.mark.parametrize("number, points", [(1, "1 point"), (4, "4 points"), (2.5, "2.5 points")])
 def test_points_are_counted_in_words(number, points):
     assert slides.points(number) == points

@@ -264,6 +264,16 @@ def opening(lead):
     return split_sentences(lead)[-1] + " " if lead else ""
 
 
+def without_lead_in(paragraph):
+    """A paragraph without its last sentence where that one leads in (ends with ":") to what
+    the notes do not hold: a list, a code cell, an equation; a paragraph of one sentence stays
+    as it is."""
+    sentences = split_sentences(paragraph.strip())
+    if len(sentences) > 1 and sentences[-1].rstrip().endswith(":"):
+        sentences = sentences[:-1]
+    return " ".join(sentences)
+
+
 def lead_in_note(lead):
     """A lead-in as a line of the notes, its equation read as text."""
     lead = without_cell_talk(lead)
@@ -400,11 +410,11 @@ class Section:
         shown = opening_sentences(prose[0])
         rest = [prose[0][len(shown) :].strip()] + [opening_sentences(p, 0) for p in later]
         rest = [r.replace(point, "").strip() if point else r for r in rest]
-        said = " ".join(r for r in rest if r) or prose[0]
-        # a last sentence that introduces what the notes do not hold (a list): left out
-        sentences = split_sentences(said)
-        if len(sentences) > 1 and sentences[-1].rstrip().endswith(":"):
-            said = " ".join(sentences[:-1])
+        # a sentence that leads in to what the notes do not hold (a list, a code cell): left
+        # out, unless it is all there is
+        kept = [without_lead_in(r) for r in rest if r]
+        kept = [r for r in kept if not r.rstrip().endswith(":")] or kept
+        said = " ".join(kept) or prose[0]
         return notes_text(said)
 
 
