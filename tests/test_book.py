@@ -233,21 +233,137 @@ def test_ci_runs_the_readmes_test_command():
 
 
 def test_cells_whose_digits_are_not_compared_still_assert_their_claims(notebook):
+    """A cell whose output nbval does not compare says why. Rounding and memory: its claims
+    are asserted in it or in the compared cell after it. Times: it says that no time is
+    asserted (test_no_chapter_asserts_a_time checks that none is)."""
     cells = code_cells(notebook)
     for index, cell in enumerate(cells):
-        if "nbval-ignore-output" in cell.metadata.get("tags", []):
-            # the claims are asserted in the cell, or in the compared cell after it
-            following = cells[index + 1] if index + 1 < len(cells) else cell
-            assert "assert " in cell.source or (
-                "assert " in following.source
-                and "nbval-ignore-output" not in following.metadata.get("tags", [])
-            ), cell.source[:80]
-            reasons = (
-                "rounding differences between CPU instruction sets",
-                "times differ from machine to machine",
-                "memory differs slightly from machine to machine",
+        if "nbval-ignore-output" not in cell.metadata.get("tags", []):
+            continue
+        if "times differ from machine to machine" in cell.source:
+            said = re.sub(r"\s*\n#\s*", " ", cell.source)
+            assert re.search(r"(no time|nothing here) is asserted", said), cell.source[:160]
+            continue
+        following = cells[index + 1] if index + 1 < len(cells) else cell
+        assert "assert " in cell.source or (
+            "assert " in following.source
+            and "nbval-ignore-output" not in following.metadata.get("tags", [])
+        ), cell.source[:80]
+        reasons = (
+            "rounding differences between CPU instruction sets",
+            "memory differs slightly from machine to machine",
+        )
+        assert any(reason in cell.source for reason in reasons), cell.source[:80]
+
+
+TIMERS = {"best_seconds", "perf_counter", "process_time", "time", "monotonic", "do_bench"}
+
+
+def parsed_cells(notebook):
+    """(index, syntax tree) of each code cell; IPython's % and ! lines left out."""
+    for index, cell in enumerate(code_cells(notebook)):
+        lines = [l for l in cell.source.splitlines() if not l.lstrip().startswith(("%", "!"))]
+        yield index, ast.parse("\n".join(lines))
+
+
+def walk_outside_functions(node):
+    """ast.walk that does not enter the bodies of functions and lambdas (their own scope)."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, (ast.FunctionDef, ast.Lambda)):
+            yield from walk_outside_functions(child)
+
+
+def reads(node, timed):
+    """Does the code call a timer or read a name bound to a time?"""
+    for part in ast.walk(node):
+        if isinstance(part, ast.Call):
+            function = part.func
+            name = (
+                function.attr
+                if isinstance(function, ast.Attribute)
+                else getattr(function, "id", None)
             )
-            assert any(reason in cell.source for reason in reasons), cell.source[:80]
+            if name in TIMERS:
+                return True
+        if isinstance(part, ast.Name) and part.id in timed:
+            return True
+    return False
+
+
+def bound_names(target):
+    """The names an assignment target binds (a subscript binds its container)."""
+    while isinstance(target, (ast.Subscript, ast.Attribute, ast.Starred)):
+        target = target.value
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(set(), *(bound_names(element) for element in target.elts))
+    return set()
+
+
+def local_names(function):
+    """A function's parameters and the names its body binds."""
+    names = {argument.arg for argument in ast.walk(function.args) if isinstance(argument, ast.arg)}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
+def timed_names(trees):
+    """The notebook-level names assigned a value computed from a timer, directly or through
+    other such names, and the functions whose bodies time or read one: repeated until nothing
+    is added. A function's own parameters and variables are its own; a loop variable is not
+    followed (an assertion over a loop reads the timed name itself)."""
+    timed = set()
+    while True:
+        before = len(timed)
+        for tree in trees:
+            for node in walk_outside_functions(tree):
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if reads(node.value, timed):
+                        timed |= set().union(*(bound_names(t) for t in targets)) - {"_"}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.FunctionDef) and any(
+                    reads(statement, timed - local_names(node)) for statement in node.body
+                ):
+                    timed.add(node.name)
+        if len(timed) == before:
+            return timed
+
+
+def test_no_chapter_asserts_a_time(notebook):
+    """A time depends on the machine and on what runs beside it: the notebooks time, show and
+    explain, and assert what is counted (work, bytes, tiles); speed claims live in `make bench`."""
+    found = timed_assertions(notebook)
+    assert not found, f"asserts on a time (code cell, assertion): {found}"
+
+
+def timed_assertions(notebook):
+    """(code cell, assertion) of every notebook-level assert that reads a time."""
+    timed = timed_names([tree for _, tree in parsed_cells(notebook)])
+    return [
+        (index, ast.unparse(node.test)[:80])
+        for index, tree in parsed_cells(notebook)
+        for node in walk_outside_functions(tree)
+        if isinstance(node, ast.Assert) and reads(node.test, timed)
+    ]
+
+
+def test_a_timed_assertion_is_found():
+    cell = nbformat.v4.new_code_cell(
+        "seconds = {n: best_seconds(f, n) for n in (1, 2)}\n"
+        "ratio = seconds[2] / seconds[1]\n"
+        "def faster():\n    return ratio > 1\n"
+    )
+    later = nbformat.v4.new_code_cell("claims = {'faster': faster()}\nassert all(claims.values())")
+    counted = nbformat.v4.new_code_cell("work = count(f)\nassert work == 4")
+    notebook = nbformat.v4.new_notebook(cells=[cell, later, counted])
+    assert timed_assertions(notebook) == [(1, "all(claims.values())")]
+    notebook.cells = [cell, counted]
+    assert timed_assertions(notebook) == []
 
 
 @pytest.mark.parametrize(

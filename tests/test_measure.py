@@ -98,3 +98,21 @@ def test_bad_measurements_raise():
         best_seconds(3)
     with pytest.raises(ValueError, match="repeats"):
         best_seconds(print, repeats=0)
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode, torch.enable_grad])
+def test_the_probes_see_the_same_operations_in_every_grad_mode(mode):
+    """Under inference_mode PyTorch hands `linear`, `matmul` and `einsum` to a dispatch mode
+    whole; the probes split them, so that a layer counts as its matrix products (before, a
+    linear layer counted 0 there)."""
+    layer = torch.nn.Linear(8, 4, dtype=torch.float64)
+    x = random(2, 3, 8, seed=1)
+    a, b = random(5, 3, 4, seed=2), random(5, 4, 6, seed=3)
+    with mode():
+        assert count_multiply_adds(layer, x)[1] == 2 * 3 * 8 * 4
+        assert count_multiply_adds(torch.einsum, "bij,bjk->bik", a, b)[1] == 5 * 3 * 4 * 6
+        assert count_multiply_adds(torch.matmul, a, b)[1] == 5 * 3 * 4 * 6
+        # an outer product per batch: the output is the largest tensor
+        tall, wide = random(5, 6, 2, seed=4), random(5, 2, 6, seed=5)
+        result, (numel, shape, _) = largest_tensor(torch.matmul, tall, wide)
+    assert torch.equal(result, tall @ wide) and (numel, shape) == (5 * 6 * 6, (5, 6, 6))

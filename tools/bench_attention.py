@@ -28,6 +28,14 @@ of a call minus that before it, in a fresh process, after a warm-up call of the 
    against all at once by continuous batching (`generate_continuous`), float32, one thread,
    runs alternated, best of 3: tokens per second and their ratio, both against the bound that
    reading the weights once per step at this machine's read bandwidth sets.
+7. Chapter 16's linear forms, one head of d = 64, float32, one thread, least of 3 rounds that
+   take every call in turn: at n = 2048 each recurrence (`chunk_size=1`) against its chunks of
+   64, and from 4,096 to 16,384 tokens the slopes of log(time) against log(n) of the chunked
+   forms and of PyTorch's fused causal kernel (their counted work grows with slopes 1 and 2).
+8. Chapter 12's causal tiles, n = 2048, one head of d = 64, blocks of 128, float32, one thread,
+   least of 5 calls: the causal tiled call that skips the tiles above the diagonal against the
+   one that computes them masked, that against no mask, and PyTorch's fused kernel causal
+   against no mask, as ratios (the counted work: 136 of 256 tiles, 256, 256).
 """
 
 import math
@@ -252,6 +260,73 @@ def serving_throughput(repeats=3):
     return tokens / best["alone"], tokens / best["batched"], bound
 
 
+def linear_forms(rounds=3):
+    """Chapter 16: ({name: seconds at n = 2048}, {name: slope of time from 4,096 to 16,384})."""
+    from attention_course import delta_rule, linear_attention
+
+    def calls(n):
+        generator = torch.Generator().manual_seed(n)
+        q, k, v = (torch.randn(1, 1, n, 64, generator=generator) for _ in range(3))
+        k = torch.nn.functional.normalize(k, dim=-1)
+        beta, g = torch.full((1, 1, n), 0.5), torch.full((1, 1, n), -0.01)
+        return {
+            "linear, recurrent": lambda: linear_attention(q, k, v, chunk_size=1),
+            "linear, chunks of 64": lambda: linear_attention(q, k, v, chunk_size=64),
+            "gated delta, recurrent": lambda: delta_rule(q, k, v, beta, g, chunk_size=1),
+            "gated delta, chunks of 64": lambda: delta_rule(q, k, v, beta, g, chunk_size=64),
+            "softmax, PyTorch kernel": lambda: torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True
+            ),
+        }
+
+    def least(lengths, names):
+        made = {n: calls(n) for n in lengths}
+        best = {(name, n): math.inf for name in names for n in lengths}
+        with torch.no_grad():
+            for _ in range(rounds):
+                for n in lengths:
+                    for name in names:
+                        seconds = best_seconds(made[n][name], repeats=1)
+                        best[name, n] = min(best[name, n], seconds)
+        return best
+
+    short = least([2048], [name for name in calls(8) if "PyTorch" not in name])
+    long_lengths = [4096, 8192, 16_384]
+    fast = ["linear, chunks of 64", "gated delta, chunks of 64", "softmax, PyTorch kernel"]
+    long = least(long_lengths, fast)
+    log_n = torch.tensor(long_lengths, dtype=torch.float64).log()
+    design = torch.stack([log_n, torch.ones(3, dtype=torch.float64)], 1)
+    slopes = {}
+    for name in fast:
+        log_t = torch.tensor([long[name, n] for n in long_lengths], dtype=torch.float64).log()
+        slopes[name] = torch.linalg.lstsq(design, log_t[:, None]).solution[0].item()
+    return {name: short[name, n] for name, n in short}, slopes
+
+
+def causal_tiles():
+    """Chapter 12: {comparison: how many times faster the first call ran than the second}."""
+    q, k, v = inputs(1, 1, 2048, 64, seed=4)
+    calls = {
+        "tiled, skipping": lambda: flash_attention(q, k, v, is_causal=True),
+        "tiled, all tiles masked": lambda: flash_attention(
+            q, k, v, is_causal=True, skip_masked_tiles=False
+        ),
+        "tiled, no mask": lambda: flash_attention(q, k, v),
+        "PyTorch, causal": lambda: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True
+        ),
+        "PyTorch, no mask": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v),
+    }
+    with torch.no_grad():
+        seconds = {name: best_seconds(call, repeats=5) for name, call in calls.items()}
+    pairs = [
+        ("tiled, skipping", "tiled, all tiles masked"),
+        ("tiled, all tiles masked", "tiled, no mask"),
+        ("PyTorch, causal", "PyTorch, no mask"),
+    ]
+    return {f"{fast} against {slow}": seconds[slow] / seconds[fast] for fast, slow in pairs}
+
+
 def main():
     torch.manual_seed(0)
     q, k, v = inputs(**SHAPE)
@@ -306,6 +381,21 @@ def main():
         f"{bound:.0f} tokens/s); continuous batching {batched:.1f} tokens/s; ratio "
         f"{batched / alone:.2f}"
     )
+    at_2048, slopes = linear_forms()
+    print("\nchapter 16's linear forms, one head, d = 64, float32, one thread, least of 3 rounds")
+    for kind in ("linear", "gated delta"):
+        recurrent, chunked = at_2048[f"{kind}, recurrent"], at_2048[f"{kind}, chunks of 64"]
+        print(
+            f"{kind}, n = 2048: recurrence {1000 * recurrent:.1f} ms, chunks of 64 "
+            f"{1000 * chunked:.1f} ms, ratio {recurrent / chunked:.1f}"
+        )
+    print(
+        "slopes of time, 4,096 to 16,384 tokens (counted work: 1 linear, 2 softmax): "
+        + "; ".join(f"{name} {value:.2f}" for name, value in slopes.items())
+    )
+    print("\nchapter 12's causal tiles, n = 2048, d = 64, blocks of 128, float32, one thread")
+    for comparison, ratio in causal_tiles().items():
+        print(f"{comparison}: {ratio:.2f} times as fast")
     kernel = triton_kernel()
     if "interpreted" in kernel:
         forward, backward = kernel["interpreted"]

@@ -54,20 +54,37 @@ def best_seconds(function, *args, repeats=3, **kwargs):
     return best
 
 
-class _LargestTensor(TorchDispatchMode):
+class _SeesEveryOperation(TorchDispatchMode):
+    """A dispatch mode that sees the operations a composite one is made of.
+
+    Under torch.no_grad, PyTorch splits an operation such as `linear`,
+    `matmul` or `einsum` into its parts (`addmm`, `bmm`, ...) before a mode
+    sees it; under torch.inference_mode it does not, and the mode would see
+    `linear` whole. Splitting it here, as PyTorch's own FlopCounterMode does,
+    makes the mode see the same parts either way."""
+
+    def __torch_dispatch__(self, operation, types, args=(), kwargs=None):
+        with self:  # the parts come back to this mode
+            parts = operation.decompose(*args, **(kwargs or {}))
+        if parts is not NotImplemented:
+            return parts
+        result = operation(*args, **(kwargs or {}))
+        self.seen(operation, args, result)
+        return result
+
+
+class _LargestTensor(_SeesEveryOperation):
     """Remembers the largest tensor any PyTorch operation returns."""
 
     def __init__(self):
         super().__init__()
         self.numel, self.shape, self.operation = 0, None, None
 
-    def __torch_dispatch__(self, operation, types, args=(), kwargs=None):
-        result = operation(*args, **(kwargs or {}))
+    def seen(self, operation, args, result):
         for tensor in tree_flatten(result)[0]:
             if isinstance(tensor, torch.Tensor) and tensor.numel() > self.numel:
                 self.numel, self.shape = tensor.numel(), tuple(tensor.shape)
                 self.operation = str(operation).removesuffix(".default")
-        return result
 
 
 def largest_tensor(function, *args, **kwargs):
@@ -85,7 +102,7 @@ def largest_tensor(function, *args, **kwargs):
     return result, (largest.numel, largest.shape, largest.operation)
 
 
-class _MultiplyAdds(TorchDispatchMode):
+class _MultiplyAdds(_SeesEveryOperation):
     """Counts the multiply-adds of the matrix products PyTorch runs."""
 
     # operation -> the index of its left factor (addmm's first is the bias)
@@ -100,17 +117,15 @@ class _MultiplyAdds(TorchDispatchMode):
         super().__init__()
         self.count = 0
 
-    def __torch_dispatch__(self, operation, types, args=(), kwargs=None):
-        result = operation(*args, **(kwargs or {}))
+    def seen(self, operation, args, result):
         first = self.PRODUCTS.get(operation.overloadpacket)
         if first is not None:  # (..., n, k) @ (..., k, m)
             self.count += result.numel() * args[first].shape[-1]
-        return result
 
 
 def count_multiply_adds(function, *args, **kwargs):
     """Runs function(*args, **kwargs) -> (its result, the multiply-adds of
-    the matrix products it ran: mm, bmm, addmm, baddbmm). Chapter 12."""
+    the matrix products it ran: mm, bmm, addmm, baddbmm). Chapter 7."""
     if not callable(function):
         raise TypeError(f"function must be callable, got {type_name(function)}")
     with _MultiplyAdds() as counter:
