@@ -1290,13 +1290,31 @@ REGISTRY = {
     "attention_course.widgets.decay_explorer": Case(
         lambda: (
             closing_figures(widgets.decay_explorer),
-            dict(query=randn(5, 3), key=randn(5, 3, seed=1), gammas=[0.5, 1.0], initial=1),
+            dict(
+                query=randn(5, 3),
+                key=randn(5, 3, seed=1),
+                gammas=[0.5, 1.0],
+                initial=1,
+                forgets=[3],
+            ),
         ),
         {
             "query": MATCHED + [Bad("another n", lambda v: v[:4], ValueError)],
             "key": MATCHED + [Bad("another n", lambda v: v[:4], ValueError)],
             "gammas": BANDWIDTHS + [Bad("above one", constant([0.5, 1.5]), ValueError)],
             "initial": INDEX,
+            "forgets": [
+                Bad("a number", constant(3), TypeError),
+                Bad("a float", constant([2.5]), TypeError),
+                Bad("the first token", constant([1]), ValueError),
+                Bad("past the end", constant([6]), ValueError),
+                Bad("not increasing", constant([4, 3]), ValueError),
+            ],
+            "gate": [
+                Bad("a string", constant("0.1"), TypeError),
+                Bad("zero", constant(0.0), ValueError),
+                Bad("above one", constant(1.5), ValueError),
+            ],
         },
     ),
     "attention_course.widgets.head_explorer": Case(

@@ -50,7 +50,7 @@ def tiles_widget():
 
 def decay_widget():
     q, k = torch.randn(2, 12, 3, generator=gen(4), dtype=torch.float64)
-    return widgets.decay_explorer(q, k, [0.3, 0.6, 0.9, 1.0], initial=2)
+    return widgets.decay_explorer(q, k, [0.3, 0.6, 0.9, 1.0], initial=2, forgets=[4, 9])
 
 
 def heads_weights():
@@ -148,16 +148,23 @@ def test_tile_steps_against_the_online_softmax_loop_and_flash_attention():
 
 def test_decay_weights_against_the_formula():
     q, k = torch.randn(2, 12, 3, generator=gen(4), dtype=torch.float64)
-    widget = widgets.decay_explorer(q, k, [0.3, 0.6, 0.9, 1.0], initial=2)
+    forgets, gate = [4, 9], 0.1
+    widget = widgets.decay_explorer(
+        q, k, [0.3, 0.6, 0.9, 1.0], initial=2, forgets=forgets, gate=gate
+    )
 
     def phi(x):  # elu + 1
         return [xi + 1 if xi > 0 else math.exp(xi) for xi in x]
 
     last = phi(q[-1].tolist())
-    for gamma, weights in zip(widget.data["gammas"], widget.data["weights"]):
-        for j in range(12):
-            base = sum(a * b for a, b in zip(last, phi(k[j].tolist())))
-            assert weights[j] == pytest.approx(base * gamma ** (11 - j), abs=6e-5)
+    assert widget.data["forgets"] == forgets and widget.data["gate"] == gate
+    for gamma, per_gate in zip(widget.data["gammas"], widget.data["weights"]):
+        assert len(per_gate) == 1 + len(forgets)  # no gate, then one per forgetting token
+        for forget, weights in zip([None] + forgets, per_gate):
+            for j in range(1, 13):  # key j (1-based), read by query 12
+                base = sum(a * b for a, b in zip(last, phi(k[j - 1].tolist())))
+                cut = gate if forget is not None and j < forget else 1.0
+                assert weights[j - 1] == pytest.approx(base * gamma ** (12 - j) * cut, abs=6e-5)
 
 
 def test_head_weights_are_the_hundredths_of_each_prompts_real_tokens():
@@ -209,6 +216,14 @@ def test_a_label_cannot_close_the_data_script():
     "call, error",
     [
         (lambda: widgets.decay_explorer(torch.ones(3, 2), torch.ones(3, 2), [1.5]), ValueError),
+        (
+            lambda: widgets.decay_explorer(torch.ones(3, 2), torch.ones(3, 2), [1.0], forgets=[1]),
+            ValueError,
+        ),
+        (
+            lambda: widgets.decay_explorer(torch.ones(3, 2), torch.ones(3, 2), [1.0], gate=0.0),
+            ValueError,
+        ),
         (lambda: widgets.temperature_explorer(torch.ones(3), [1.0], initial=1), ValueError),
         (
             lambda: widgets.bandwidth_explorer(torch.ones(3), torch.ones(4), torch.ones(4), [0.0]),
@@ -362,18 +377,31 @@ def check_tiles_against_the_package(page, figure, query, key, value, block):
 
 def check_decay(page, figure):
     data = page_data(figure)
-    index = data["initial"]
-    for key in ("ArrowRight", "ArrowLeft", "ArrowLeft", "End", "Home"):
-        press(page, figure, "input[type=range]", key)
+    index, forget = data["initial"], 0
+    gamma_slider, gate_slider = "input[type=range] >> nth=0", "input[type=range] >> nth=1"
+    moves = [(gamma_slider, key) for key in ("ArrowRight", "ArrowLeft", "ArrowLeft", "End")]
+    moves += [(gate_slider, "ArrowRight"), (gate_slider, "End"), (gamma_slider, "Home")]
+    for slider, key in moves:
+        press(page, figure, slider, key)
         step = {"ArrowRight": 1, "ArrowLeft": -1}.get(key, 0)
-        index = {"End": len(data["gammas"]) - 1, "Home": 0}.get(key, max(0, index + step))
+        if slider == gamma_slider:
+            last = len(data["gammas"]) - 1
+            index = {"End": last, "Home": 0}.get(key, max(0, index + step))
+        else:
+            forget = {"End": len(data["forgets"])}.get(key, forget + step)
         gamma = data["gammas"][index]
         assert shown(figure, "gamma") == pytest.approx(gamma, abs=6e-4)
-        weights = data["weights"][index]
+        gate_at = figure.locator('[data-value="forget"]').inner_text()
+        assert gate_at == ("none" if forget == 0 else f"token {data['forgets'][forget - 1]}")
+        weights = data["weights"][index][forget]
         assert shown(figure, "first") == pytest.approx(weights[0], abs=6e-5)
         assert shown(figure, "last") == pytest.approx(weights[-1], abs=6e-5)
         memory = math.inf if gamma == 1 else 1 / (1 - gamma)
         assert shown(figure, "memory") == pytest.approx(memory, abs=6e-3)
+        if gamma == 1 and forget:  # the gate cuts the keys before its token, and only those
+            without, token = data["weights"][index][0], data["forgets"][forget - 1]
+            cut = [data["gate"] if j < token else 1.0 for j in range(1, len(weights) + 1)]
+            assert weights == pytest.approx([c * w for c, w in zip(cut, without)], abs=2e-4)
 
 
 def check_heads(page, figure, reference=None):
@@ -449,6 +477,15 @@ def check_layout(page, figure):
             .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)"""
     )
     assert not cut, cut
+    # a control wider than the figure is cut off by its box (the explorer's prompt at 390 px)
+    outside = figure.evaluate(
+        """f => { const box = f.getBoundingClientRect();
+            return [...f.querySelectorAll('input, button, select')].filter(e => {
+                const r = e.getBoundingClientRect();
+                return r.left < box.left - 0.5 || r.right > box.right + 0.5; })
+              .map(e => e.id || e.textContent); }"""
+    )
+    assert not outside, outside
 
 
 def check_accessible(page, figure_selector):

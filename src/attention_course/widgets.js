@@ -318,23 +318,33 @@
   // ------------------------------------------------------------------- chapter 16: decay
 
   function decay(root, live, data, uid) {
-    const {gammas, weights} = data, n = weights[0].length;
+    const {gammas, forgets, gate, weights} = data, n = weights[0][0].length;
     const input = slider(live, `${uid}-g`, "decay γ", gammas.length, data.initial,
       (k) => fmt(gammas[k], 3));
-    const shown = readout(live, [["gamma", "γ ="], ["first", "weight on key 1 ="],
-      ["last", `weight on key ${n} =`], ["memory", "memory 1/(1−γ) ="]]);
+    // position 0: no gate; position k: the gate forgets at token forgets[k - 1]
+    const forgetAt = (f) => (f === 0 ? "none" : `token ${forgets[f - 1]}`);
+    const controls = [input];
+    if (forgets.length) {
+      controls.push(slider(live, `${uid}-f`, `gate ${fmt(gate, 2)} at`, forgets.length + 1,
+        0, forgetAt));
+    }
+    const shown = readout(live, [["gamma", "γ ="], ["forget", "gate at"],
+      ["first", "weight on key 1 ="], ["last", `weight on key ${n} =`],
+      ["memory", "memory 1/(1−γ) ="]]);
     const labels = Array.from({length: n}, (_, j) => String(j + 1));
     const draw = bars(live, labels, `weight for query ${n}`, "the last query's weights", false);
     live.append(el("p", {class: "cw-axis-note"}, "key position j (horizontal)"));
     function update() {
-      const k = Number(input.value), w = weights[k], g = gammas[k];
+      const k = Number(input.value), g = gammas[k];
+      const f = controls.length > 1 ? Number(controls[1].value) : 0, w = weights[k][f];
       draw(w);
       shown.gamma.textContent = fmt(g, 3);
+      shown.forget.textContent = forgetAt(f);
       shown.first.textContent = fmt(w[0]);
       shown.last.textContent = fmt(w[n - 1]);
       shown.memory.textContent = g === 1 ? fmt(Infinity) : fmt(1 / (1 - g), 2);
     }
-    return [update, [input]];
+    return [update, controls];
   }
 
   // ------------------------------------------------------- chapters 13-14: a model's heads

@@ -292,13 +292,30 @@ def tile_stepper(query, key, value, block_size):
 # -------------------------------------------------------------------------------- chapter 16
 
 
-def decay_explorer(query, key, gammas, initial=0):
-    """How causal linear attention with a decay gamma forgets: the last query's unnormalised
-    weight on every key, for each gamma on a slider.
+def _check_forgets(forgets, n):
+    """Token positions 2..n (1-based), distinct and increasing: where a gate may forget."""
+    if not isinstance(forgets, (list, tuple)):
+        raise TypeError(f"forgets must be a list of token positions, got {type(forgets)}")
+    for position in forgets:
+        require_int("forgets", position, 2)
+        if position > n:
+            raise ValueError(f"forgets must be token positions 2..{n}, got {position}")
+    if list(forgets) != sorted(set(forgets)):
+        raise ValueError(f"forgets must be distinct and increasing, got {list(forgets)}")
+    return list(forgets)
+
+
+def decay_explorer(query, key, gammas, initial=0, forgets=(), gate=0.05):
+    """How causal linear attention with a decay gamma and a gate forgets: the last query's
+    unnormalised weight on every key, for each gamma on a slider and, on a second slider, no
+    gate or a gate that forgets at one of the tokens in `forgets`.
 
     query, key (n, d) floats of one dtype; gammas: the slider's positions, numbers in (0, 1];
-    initial: the starting position's index. The weights are `linear_attention`'s with elu + 1
-    features (values = the identity, normalize=False, log_decay = ln gamma). Chapter 16.
+    initial: the starting position's index; forgets: token positions (1-based, 2..n) where the
+    second slider may put the gate; gate: the gate's factor e^(g_p) in (0, 1) at that token,
+    which multiplies every earlier key's weight. The weights are `linear_attention`'s with
+    elu + 1 features (values = the identity, normalize=False, log_decay = ln gamma, plus
+    ln gate at the forgetting token). Chapter 16.
     """
     require_float("query", query, 2)
     require_float("key", key, 2)
@@ -310,30 +327,43 @@ def decay_explorer(query, key, gammas, initial=0):
     gammas = _check_grid("gammas", gammas, maximum=1.0)
     _check_index("initial", initial, len(gammas))
     n, d = query.shape
+    forgets = _check_forgets(forgets, n)
+    require_number("gate", gate, 0.0, strict=True, maximum=1.0)
+    # the log-decays of every (gamma, gate) setting: (G, F + 1, n); setting 0 has no gate
     grid = torch.tensor(gammas, dtype=query.dtype)
-    log_decay = grid.log()[:, None].expand(len(gammas), n)  # (G, n): ln gamma at every step
+    log_decay = grid.log()[:, None, None].expand(len(gammas), len(forgets) + 1, n).clone()
+    for k, position in enumerate(forgets, start=1):
+        log_decay[:, k, position - 1] += math.log(gate)  # g_p: the token that forgets
+    settings = log_decay.shape[:2]
     out = linear_attention(
-        query.expand(len(gammas), n, d),
-        key.expand(len(gammas), n, d),
-        torch.eye(n, dtype=query.dtype).expand(len(gammas), n, n),
+        query.expand(*settings, n, d),
+        key.expand(*settings, n, d),
+        torch.eye(n, dtype=query.dtype).expand(*settings, n, n),
         normalize=False,
         log_decay=log_decay,
-    )  # (G, n, n); value j = e_j, so row i holds query i's weights
-    weights = out[:, -1]  # (G, n): the last query's weight on each key
-    data = {"gammas": _rounded(gammas), "weights": _rounded(weights), "initial": initial}
+    )  # (G, F + 1, n, n); value j = e_j, so row i holds query i's weights
+    weights = out[..., -1, :]  # (G, F + 1, n): the last query's weight on each key
+    data = {
+        "gammas": _rounded(gammas),
+        "forgets": forgets,
+        "gate": _rounded(gate),
+        "weights": _rounded(weights),
+        "initial": initial,
+    }
     figure, ax = _figure(width=6.0, height=2.6)
-    ax.bar(range(1, n + 1), data["weights"][initial], color=OKABE_ITO[0])
+    ax.bar(range(1, n + 1), data["weights"][initial][0], color=OKABE_ITO[0])
     ax.set(
         xlabel="key position j",
         ylabel=f"weight for query {n}",
-        title=f"gamma = {gammas[initial]:.3g}",
+        title=f"gamma = {gammas[initial]:.3g}, no gate",
     )
     return Widget(
         "decay",
-        "Linear attention with a decay: move gamma",
+        "Linear attention with a decay and a gate: move gamma and the forgetting token",
         f"The unnormalised weight phi(q_{n}) · phi(k_j) · gamma^({n} − j) of the last query on "
-        "each key: gamma = 1 never forgets; a smaller gamma fades old keys out.",
-        f"Bars of the last query's weights at gamma = {gammas[initial]:.3g}.",
+        "each key, times the gate's factor for every key before a token that forgets: "
+        "gamma = 1 never forgets; a smaller gamma fades old keys out; the gate cuts them.",
+        f"Bars of the last query's weights at gamma = {gammas[initial]:.3g}, with no gate.",
         data,
         _png(figure),
     )
