@@ -437,6 +437,14 @@ def test_directive_titles_render(notebook):
             assert not re.search(r"^```\{[^}]+\}[^\n]*`", cell.source, re.M), cell.source[:80]
 
 
+def test_a_figure_reference_is_not_preceded_by_its_own_word(notebook):
+    """{numref} writes "Fig. 17.1" itself: "Figure {numref}`...`" shows "Figure Fig. 17.1"."""
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            found = re.search(r"\b(?:[Ff]ig(?:ure)?s?\.?|[Tt]able) \{numref\}", cell.source)
+            assert not found, found and cell.source[max(0, found.start() - 40) : found.end() + 30]
+
+
 def test_an_exercise_that_asks_a_question_has_an_answer_cell(notebook):
     """A question in a prompt's text (its title aside) is graded by hand, so the learner
     gets a cell to answer it in (written_points)."""

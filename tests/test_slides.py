@@ -493,10 +493,45 @@ def test_no_axe_violation_on_a_deck(number, browser, base_url):
         ("A is $x. Y$ here. B.", ["A is $x. Y$ here.", "B."]),
         ("A [1. B] c. D.", ["A [1. B] c.", "D."]),
         ("Plain. Two. Three.", ["Plain.", "Two.", "Three."]),
+        # an abbreviation ends no sentence: "Xiao et al. (2024)" was a slide of its own
+        (
+            "As Xiao et al. (2024) saw. E.g. Fig. 3 shows it.",
+            ["As Xiao et al. (2024) saw.", "E.g. Fig. 3 shows it."],
+        ),
     ],
 )
 def test_sentences_are_never_cut_inside_brackets(text, sentences):
     assert slides.split_sentences(text) == sentences
+
+
+@pytest.mark.parametrize(
+    "text, opening, shown",
+    [  # written by hand
+        (
+            "It has two phases:\n\n- **a**: one. More.\n- **b**: two.\n\nNext.",
+            "It has two phases:",
+            "- **a**: one.\n- **b**: two.",
+        ),
+        (
+            "Steps:\n\n1. First. Then.\n\n   Its own paragraph.\n\n2. Second.",
+            "Steps:",
+            "1. First.\n2. Second.",
+        ),
+        ("No list here:\n\n```python\nx = 1\n```", "No list here:", ""),
+        ("Ends. \n\n- a list that nothing announces", "Ends.", ""),
+        (
+            "Designs:\n\n"
+            + "\n".join(f"- **Name {k}.** " + "word " * 40 + "end." for k in range(4)),
+            "Designs:",
+            "\n".join(f"- **Name {k}.**" for k in range(4)),
+        ),
+    ],
+)
+def test_a_lead_in_shows_the_list_it_announces(text, opening, shown):
+    """A slide whose text ends with ":" shows the list that follows (13 slides ended on a colon
+    with their steps dropped): each item's first sentence, or only the items' bold names where
+    the sentences would not fit."""
+    assert slides.list_after(text, opening) == shown
 
 
 def unclosed_in_the_chapter(path):

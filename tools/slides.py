@@ -118,7 +118,12 @@ def first_paragraph(markdown):
     return paragraphs[0] if paragraphs else ""
 
 
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\[])")  # the next sentence may open a link
+# the next sentence may open a link; an abbreviation ("Xiao et al. (2024) noticed", "e.g.")
+# ends none
+SENTENCE_END = re.compile(
+    r"(?<=[.!?])(?<!\bet al\.)(?<!\b[Ee]\.g\.)(?<!\bi\.e\.)(?<!\bcf\.)(?<!\bFig\.)(?<!\bEq\.)"
+    r"\s+(?=[A-Z(\[])"
+)
 MATH_SPAN = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|\\\(.*?\\\)", re.S)
 
 
@@ -249,11 +254,13 @@ def equation_sentence(before, block, after):
     tex = equation_tex(block)
     rest = opening_sentences(after[0], 0) if goes_on else ""
     space = ", " if rest.startswith("where ") else " " if rest[:1].isalpha() else ""
+    ends_itself = tex.rstrip().endswith((",", ";", "."))  # "... = b, where": no second comma
     # the lead-in, the equation and the rest of its sentence; shorter where that is long
     for said in (f"${tex}$", "the equation on the slide"):
         if len(maths(tex)) > LONG_EQUATION and said.startswith("$"):
             continue
-        for words in (f"{lead} {said}{space}{rest}", f"{opening(lead)}{said}{space}{rest}"):
+        gap = " " if space == ", " and ends_itself and said.startswith("$") else space
+        for words in (f"{lead} {said}{gap}{rest}", f"{opening(lead)}{said}{gap}{rest}"):
             if len(plain_text(words)) <= NOTES // 2:
                 return words.strip()
     return f"{opening(lead)}the equation on the slide{space}{rest}".strip()
@@ -262,6 +269,41 @@ def equation_sentence(before, block, after):
 def opening(lead):
     """The unfinished sentence at the end of a lead-in (what the equation completes)."""
     return split_sentences(lead)[-1] + " " if lead else ""
+
+
+LIST_MARK = re.compile(r"(?:- |\d+\. )")
+LIST_ROOM = 520  # characters of a list's items on a slide, after its lead-in
+
+
+def list_after(text, paragraph):
+    """What a `paragraph` of `text` that ends with ":" announces, where a list follows it: the
+    list's items (bullets or numbered), each its first sentence, as Markdown, as many as fit
+    in `LIST_ROOM` characters ("- ..." for the rest); else ""."""
+    at = text.find(paragraph.strip())
+    if at < 0 or not paragraph.rstrip().endswith(":"):
+        return ""
+    items = []
+    for block in text[at + len(paragraph.strip()) :].lstrip("\n").split("\n\n"):
+        if LIST_MARK.match(block):  # items, one per line that starts with a mark
+            items += re.split(r"\n(?=- |\d+\. )", block)
+        elif not (items and block.startswith(" ")):  # an item's own later paragraph goes on
+            break
+    marks = [LIST_MARK.match(item)[0] for item in items]
+    firsts = [
+        opening_sentences(re.sub(r"\s*\n\s*", " ", item[len(mark) :]), 0)
+        for mark, item in zip(marks, items)
+    ]
+    names = [re.match(r"\*\*[^*]+\*\*[.:]?", first) for first in firsts]
+    if sum(map(len, firsts)) > LIST_ROOM and all(names):  # "**Fixed patterns.** ...": names
+        firsts = [name[0].rstrip(":") for name in names]
+    shown, room = [], LIST_ROOM
+    for mark, first in zip(marks, firsts):
+        room -= len(first)
+        if room < 0:
+            shown.append("- …" if mark == "- " else "…")
+            break
+        shown.append(mark + first)
+    return "\n".join(shown)
 
 
 def without_lead_in(paragraph):
@@ -542,8 +584,12 @@ def section_slides(lecture, section, images):
         leads = section.lead_ins
         notes = ["<br>".join(map(lead_in_note, leads[k : k + MAX_EQUATIONS])) for k in groups]
     else:  # or one with the section's opening sentences
-        opening = opening_sentences(first_paragraph("\n\n".join(section.prose)))
+        text = "\n\n".join(section.prose)
+        opening = opening_sentences(first_paragraph(text))
         point = section.point(opening)
+        announced = list_after(text, opening)  # "... in three steps:" and the steps
+        if announced:
+            opening, point = f"{opening}\n\n{announced}", ""
         if not opening.strip() and section.parts:  # a heading over its parts: their list
             opening = "In this part:\n\n" + "\n".join(f"- {part}" for part in section.parts)
         bodies = [
