@@ -106,6 +106,7 @@ def draw_flash_program(n_keys, block_q, block_k, head_dim):
     arrow(ax, (0.6, 0.9), (0.6, -0.5))
     note(ax, 0.75, 0.55, "once", ha="left", fontsize=8)
     box(ax, 0.6, -0.95, f"$Q_r$ stays\n${block_q} \\times {head_dim}$", SKY, 8)
+    arrow(ax, (1.25, -0.95), (3.45, -0.95))
     arrow(ax, ((2.0 + end) / 2, 1.0), (4.3, -0.5))
     note(ax, (2.0 + end) / 2 + 0.2, 0.55, f"one tile at a time, {tiles} times", "left", 8)
     box(ax, 4.3, -0.95, f"$S = Q_r K_c^\\top$\n${block_q} \\times {block_k}$", ORANGE, 8)
