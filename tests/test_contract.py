@@ -37,6 +37,7 @@ from attention_course import (
     decoding,
     deltanet,
     diagrams,
+    flow_diagrams,
     head_diagrams,
     latent,
     linear,
@@ -1197,6 +1198,32 @@ REGISTRY = {
             dict(d_model=12, num_heads=3),
         ),
         HEAD_DIAGRAM_ARGUMENTS,
+    ),
+    "attention_course.flow_diagrams.draw_self_attention": Case(
+        lambda: (
+            closing_figures(flow_diagrams.draw_self_attention),
+            dict(n=6, d_model=16, d_k=8, d_v=4),
+        ),
+        {"n": COUNT, "d_model": COUNT, "d_k": COUNT, "d_v": COUNT},
+    ),
+    "attention_course.flow_diagrams.draw_flash_program": Case(
+        lambda: (
+            closing_figures(flow_diagrams.draw_flash_program),
+            dict(n_keys=100, block_q=16, block_k=32, head_dim=8),
+        ),
+        {
+            "n_keys": COUNT + [Bad("too many tiles to draw", constant(1000), ValueError)],
+            "block_q": COUNT,
+            "block_k": COUNT,
+            "head_dim": COUNT,
+        },
+    ),
+    "attention_course.flow_diagrams.draw_flash_kernels": Case(
+        lambda: (
+            closing_figures(flow_diagrams.draw_flash_kernels),
+            dict(n=100, batch_heads=3, block_q=16, block_k=32),
+        ),
+        {"n": COUNT, "batch_heads": COUNT, "block_q": COUNT, "block_k": COUNT},
     ),
     # plotting
     "attention_course.plotting.plot_attention": Case(

@@ -16,11 +16,14 @@ from attention_course import (
     draw_chunked_state,
     draw_decoder_block,
     draw_encoder_decoder,
+    draw_flash_kernels,
+    draw_flash_program,
     draw_latent_attention,
     draw_linear_recurrence,
     draw_multi_head,
     draw_packed_projections,
     draw_rotary_pairs,
+    draw_self_attention,
     draw_tiled_scores,
 )
 
@@ -299,3 +302,52 @@ def test_the_packed_weight_has_a_band_per_head_and_role(d_model, num_heads):
 def test_bad_arguments_are_named(call, error, names):
     with pytest.raises(error, match=names):
         call()
+
+
+# ------------------------------------------------------------ chapters 7 and 18's flow diagrams
+
+
+@pytest.mark.parametrize("n, d_model, d_k, d_v", [(6, 16, 8, 8), (3, 10, 4, 7)])
+def test_self_attention_draws_three_projections_and_its_shapes(n, d_model, d_k, d_v):
+    fig = draw_self_attention(n, d_model, d_k, d_v)
+    projections = [t.get_text() for t in with_gid(fig, "projection")]
+    # one projection per query, key and value, each from d_model to its own size
+    assert projections == [
+        f"$W_Q$: ${d_model} \\to {d_k}$",
+        f"$W_K$: ${d_model} \\to {d_k}$",
+        f"$W_V$: ${d_model} \\to {d_v}$",
+    ]
+    matrices = "\n".join(t.get_text() for t in with_gid(fig, "matrix"))
+    assert f"${n} \\times {d_model}$" in matrices  # X
+    assert matrices.count(f"${n} \\times {n}$") == 2  # the scores and the weights
+    assert f"$AV$\n${n} \\times {d_v}$" in matrices
+
+
+@pytest.mark.parametrize("n_keys, block_k", [(256, 32), (100, 32), (5, 8), (48, 4)])
+def test_flash_program_draws_one_tile_per_block_of_keys(n_keys, block_k):
+    fig = draw_flash_program(n_keys, 64, block_k, 16)
+    # ceil by counting: the tiles that start before the last key
+    expected = len(range(0, n_keys, block_k))
+    assert len(with_gid(fig, "tile")) == expected
+    assert f"{expected} tiles of {block_k} keys" in joined(fig)
+    # the last tile ends at the last key
+    if expected <= 8:
+        assert f"{(expected - 1) * block_k}–{n_keys - 1}" in texts(fig)
+
+
+def test_flash_program_refuses_more_tiles_than_it_can_draw():
+    with pytest.raises(ValueError, match="at most"):
+        draw_flash_program(1000, 64, 32, 16)
+
+
+@pytest.mark.parametrize("n, heads, block_q, block_k", [(256, 4, 64, 64), (100, 3, 16, 32)])
+def test_flash_kernels_draws_four_kernels_with_their_program_counts(n, heads, block_q, block_k):
+    fig = draw_flash_kernels(n, heads, block_q, block_k)
+    kernels = [t.get_text() for t in with_gid(fig, "kernel")]
+    assert len(kernels) == 4  # forward, zeta, dK and dV, dQ
+    query_tiles = -(-n // block_q)
+    key_tiles = -(-n // block_k)
+    assert f"= {query_tiles * heads:,} programs" in kernels[0]
+    assert f"{key_tiles} key tiles × {heads} heads = {key_tiles * heads:,}" in kernels[2]
+    assert f"{query_tiles} query tiles × {heads} heads" in kernels[3]
+    assert f"nothing of size ${n} \\times {n}$" in joined(fig)

@@ -18,6 +18,7 @@ from . import (
     decoding,
     deltanet,
     diagrams,
+    flow_diagrams,
     head_diagrams,
     latent,
     linear,
@@ -59,6 +60,7 @@ from .diagrams import (
     draw_rotary_pairs,
     draw_tiled_scores,
 )
+from .flow_diagrams import draw_flash_kernels, draw_flash_program, draw_self_attention
 from .head_diagrams import draw_multi_head, draw_packed_projections
 from .latent import LatentCache, MultiHeadLatentAttention, latent_cache_bytes
 from .linear import delta_rule, linear_attention
@@ -134,14 +136,18 @@ __all__ = [
     "draw_chunked_state",
     "draw_decoder_block",
     "draw_encoder_decoder",
+    "draw_flash_kernels",
+    "draw_flash_program",
     "draw_latent_attention",
     "draw_linear_recurrence",
     "draw_multi_head",
     "draw_packed_projections",
     "draw_rotary_pairs",
+    "draw_self_attention",
     "draw_tiled_scores",
     "dot_product_scores",
     "flash_attention",
+    "flow_diagrams",
     "gated_attention",
     "generate_continuous",
     "hbm_bytes",
