@@ -180,6 +180,8 @@ def test_every_slide_has_short_notes_of_its_own(path):
         (r"$O(n^2)$ time", "O(n²) time"),
         (r"$\text{head}_i W_O^{(i)}$", "headᵢW_O⁽ⁱ⁾"),
         (r"$\hat{y}$", "ŷ"),
+        (r"$s \bmod B$", "s mod B"),  # 19's notes read "sbmod B"
+        (r"$\texttt{BLOCK} - 1$", "BLOCK−1"),  # 18's read "texttt BLOCK"
         (r"$\unknowncommand{x}$", "unknowncommand x"),  # its name, never a backslash
     ],
 )

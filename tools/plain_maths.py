@@ -36,6 +36,7 @@ SYMBOLS = {
     "log": "log", "ln": "ln", "exp": "exp", "max": "max", "min": "min", "arg": "arg",
     "sin": "sin", "cos": "cos", "tan": "tan", "det": "det", "dim": "dim", "lim": "lim",
     "sup": "sup", "inf": "inf", "Pr": "Pr", "argmax": "argmax", "argmin": "argmin",
+    "bmod": " mod ", "mod": " mod ",
     ",": " ", ";": " ", ":": " ", "!": "", " ": " ", "quad": "  ", "qquad": "  ",
     "\\": "; ", "left": "", "right": "", "big": "", "Big": "", "bigg": "", "Bigg": "",
     "bigl": "", "bigr": "", "Bigl": "", "Bigr": "", "displaystyle": "", "textstyle": "",
@@ -45,7 +46,8 @@ BLACKBOARD = {"R": "ℝ", "N": "ℕ", "Z": "ℤ", "Q": "ℚ", "C": "ℂ", "E": "
 ACCENTS = {"hat": "\u0302", "widehat": "\u0302", "tilde": "\u0303", "widetilde": "\u0303",
            "bar": "\u0304", "overline": "\u0305", "vec": "\u20d7", "dot": "\u0307"}  # fmt: skip
 KEEP = {"text", "textrm", "textit", "textbf", "mathrm", "mathit", "mathbf", "mathsf", "mathtt",
-        "boldsymbol", "bm", "operatorname", "mathcal", "mathscr", "mbox", "emph"}  # fmt: skip
+        "texttt", "boldsymbol", "bm", "operatorname", "mathcal", "mathscr", "mbox",
+        "emph"}  # fmt: skip
 SUPERSCRIPTS = dict(zip("0123456789+-=()niTt", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿⁱᵀᵗ"))
 SUBSCRIPTS = dict(zip("0123456789+-=()aehijklmnoprstuvx", "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₕᵢⱼₖₗₘₙₒₚᵣₛₜᵤᵥₓ"))
 SUPERSCRIPTS.update({"ᵀ": "ᵀ", "′": "′", "*": "*", "⋆": "*", "∗": "*", "−": "⁻"})

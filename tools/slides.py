@@ -196,13 +196,14 @@ def equation_tex(block):
 
 
 def paragraphs(markdown):
-    """The prose paragraphs of a text (no headings, lists or tables), a displayed equation
+    """The prose paragraphs of a text (no headings, lists, tables, nor the asides that the
+    learner edition writes as quotes: "> **Where the sources differ**"), a displayed equation
     inside a paragraph kept in it as inline maths."""
     text = inline_equations(markdown)
     return [
         p.strip()
         for p in text.split("\n\n")
-        if p.strip() and not re.match(r"\s*(#|- |\d+\. |\||```|:::|<)", p)
+        if p.strip() and not re.match(r"\s*(#|- |\d+\. |\||```|:::|<|>)", p)
     ]
 
 
