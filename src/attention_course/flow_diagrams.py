@@ -102,7 +102,7 @@ def draw_flash_program(n_keys, block_q, block_k, head_dim):
     ax.add_patch(
         Rectangle((-0.5, -2.35), 13.0, 2.6, facecolor=tint(BLUE, 0.08), edgecolor=BLUE, lw=1)
     )
-    note(ax, -0.35, 0.02, "on chip: one program", ha="left", fontsize=9, colour="0.1")
+    note(ax, -0.35, -2.1, "on chip: one program", ha="left", fontsize=9, colour="0.1")
     arrow(ax, (0.6, 0.9), (0.6, -0.5))
     note(ax, 0.75, 0.55, "once", ha="left", fontsize=8)
     box(ax, 0.6, -0.95, f"$Q_r$ stays\n${block_q} \\times {head_dim}$", SKY, 8)
