@@ -32,7 +32,6 @@ STILL_OVER = {  # measured on 2026-12-02
     "16": 11650,  # 2026-12-03, after the figure of counted work
     "17": 10580,
     "18": 5800,
-    "19": 7200,
 }
 SLACK = 0.03
 WIDTH, HEIGHT = 1280, 800
