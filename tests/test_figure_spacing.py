@@ -25,10 +25,8 @@ STILL_OVER = {  # measured on 2026-12-02
     "12": 6210,
     "13": 10630,
     "14": 10030,
-    "15": 8310,
     "16": 11650,  # 2026-12-03, after the figure of counted work
     "17": 10580,
-    "19": 7200,
 }
 SLACK = 0.03
 WIDTH, HEIGHT = 1280, 800
