@@ -94,7 +94,7 @@ def draw_flash_program(n_keys, block_q, block_k, head_dim):
         )
         last = min(n_keys, (c + 1) * block_k) - 1
         if tiles <= 8 or c in (0, tiles - 1):
-            note(ax, x + width * 0.46, 1.36, f"{c * block_k}–{last}", fontsize=7)
+            note(ax, x + width * 0.46, 1.36, f"{c * block_k}–{last}", fontsize=8)
     end = 2.0 + tiles * width
     note(ax, (2.0 + end) / 2, 1.9, f"$K_c, V_c$: {tiles} tiles of {block_k} keys", fontsize=8.5)
     box(ax, 11.4, 1.35, f"$O_r$: ${block_q} \\times {head_dim}$\nlse: {block_q}", GREEN, 8)
