@@ -969,7 +969,13 @@ REGISTRY = {
             measure.peak_extra_memory,
             dict(implementation="tiled", lengths=[64], head_dim=8, block_size=16),
         ),
-        {"implementation": NAME, "lengths": LENGTH_LIST, "head_dim": COUNT, "block_size": COUNT},
+        {
+            "implementation": NAME,
+            "lengths": LENGTH_LIST,
+            "head_dim": COUNT,
+            "block_size": COUNT,
+            "repeats": COUNT,
+        },
         run_valid=False,
     ),  # a new process each call: test_measure measures
     "attention_course.measure.best_seconds": Case(

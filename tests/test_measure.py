@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attention_course import measure
 from attention_course.measure import (
     best_seconds,
     count_multiply_adds,
@@ -63,6 +64,22 @@ def test_measured_memory_matches_the_formulas():
     assert tiled < score_matrices / 20
 
 
+def test_repeated_measurements_give_each_case_its_median(monkeypatch):
+    """With repeats, every process's readings are taken, and each case's median is returned:
+    one process's outlier (here 1,000 and 5) moves nothing."""
+    readings = iter([[1, 10, 7], [3, 30, 5], [2, 1000, 6]])
+    calls = []
+
+    def fake(target, implementation, head_dim, cases):
+        calls.append((target, implementation, head_dim, cases))
+        return next(readings)
+
+    monkeypatch.setattr(measure, "peak_extra_bytes", fake)
+    assert peak_extra_memory("tiled", [64, 128, 256], head_dim=8, repeats=3) == [2, 30, 6]
+    assert len(calls) == 3 and calls[0] == calls[1] == calls[2]
+    assert calls[0][1:] == ("tiled", 8, [[64, 128], [128, 128], [256, 128]])
+
+
 def test_multiply_adds_of_matrix_products_follow_the_formula():
     """(n, k) @ (k, m) is n k m multiply-adds; addmm's bias adds none; a batch
     of b products b times as many; elementwise work none."""
@@ -98,6 +115,8 @@ def test_bad_measurements_raise():
         best_seconds(3)
     with pytest.raises(ValueError, match="repeats"):
         best_seconds(print, repeats=0)
+    with pytest.raises(ValueError, match="repeats"):
+        peak_extra_memory("tiled", [128], repeats=0)
 
 
 @pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode, torch.enable_grad])

@@ -8,9 +8,11 @@ chapter, `make bench` and the exercise checks use.
   a fresh process (Linux), where nothing earlier can hide an allocation.
 """
 
+import concurrent.futures
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -233,7 +235,7 @@ def _attention_cases(implementation, head_dim, cases):
     return pairs
 
 
-def peak_extra_memory(implementation, lengths, head_dim=64, block_size=128):
+def peak_extra_memory(implementation, lengths, head_dim=64, block_size=128, repeats=1):
     """Peak extra resident bytes of attention calls, measured in a new process.
 
     implementation: "naive" (tiled.naive_attention), "tiled"
@@ -247,6 +249,9 @@ def peak_extra_memory(implementation, lengths, head_dim=64, block_size=128):
     offsets what it allocates later, so a reading can fall below what the
     call truly allocated, even below its output's L * head_dim * 4 bytes (a
     tiled call at L = 2,048 once read 0.30 MiB for a 0.50 MiB output).
+    repeats: how many new processes measure every case, all at once; each
+    length's result is then the median of their readings, which a single
+    disturbed process (a burst of paging on a busy machine) does not move.
     Chapter 12."""
     if not isinstance(implementation, str):
         raise TypeError(
@@ -270,7 +275,12 @@ def peak_extra_memory(implementation, lengths, head_dim=64, block_size=128):
         )
     for size in block_sizes:
         require_int("block_size", size, 1, message=f"block_size must be at least 1, got {size!r}")
+    require_int("repeats", repeats, 1)
     cases = [[int(length), int(size)] for length, size in zip(lengths, block_sizes)]
-    return peak_extra_bytes(
-        "attention_course.measure:_attention_cases", implementation, head_dim, cases
-    )
+    arguments = ("attention_course.measure:_attention_cases", implementation, head_dim, cases)
+    if repeats == 1:
+        return peak_extra_bytes(*arguments)
+    # the same cases in `repeats` new processes at once, then each case's median
+    with concurrent.futures.ThreadPoolExecutor(repeats) as pool:
+        readings = list(pool.map(lambda _: peak_extra_bytes(*arguments), range(repeats)))
+    return [int(statistics.median(case)) for case in zip(*readings)]
