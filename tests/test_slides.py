@@ -200,10 +200,82 @@ def test_maths_becomes_plain_text(latex, text):
         ("The sum is …", "The sum is."),
         ("k-NN regression averages.", "k-NN regression averages."),
         ("llama.cpp reorders the rows.", "llama.cpp reorders the rows."),
+        (
+            "One run on the machine that built this page.",
+            "One run on the machine that built the chapter's page.",
+        ),
+        (
+            "The notebook asserts a slope above 1.5.",
+            "The chapter's code asserts a slope above 1.5.",
+        ),
     ],
 )
 def test_a_note_is_tidied_for_reading_aloud(raw, tidied):
     assert slides.tidy(raw) == tidied
+
+
+# a displayed equation too long to read aloud (over 100 characters as text), ending in `end`
+LONG = "$$\n" + " + ".join(f"a_{{{k}}} b_{{{k}}}" for k in range(30)) + "END\n$$"
+
+
+@pytest.mark.parametrize(
+    "before, end, after, said",
+    [
+        # inside a sentence: named, with the equation's own comma, and the sentence goes on
+        (
+            ["Each pair turns at its own frequency"],
+            ",",
+            ["the same frequencies as before."],
+            "Each pair turns at its own frequency the equation on the slide, the same "
+            "frequencies as before.",
+        ),
+        # at the end of its sentence, with nothing after it: a full stop
+        (["They produce:"], "", [], "They produce: the equation on the slide."),
+        (["Then"], "", ["."], "Then the equation on the slide."),
+        # before the next sentence (chapter 9 read "... the equation on the slide The H
+        # head outputs ..."): a full stop, and the next sentence is not run into it
+        (
+            ["It runs attention on what they produce:"],
+            "",
+            ["The H outputs are stacked."],
+            "It runs attention on what they produce: the equation on the slide.",
+        ),
+    ],
+)
+def test_a_long_equation_is_named_inside_its_sentence(before, end, after, said):
+    assert slides.equation_sentence(before, LONG.replace("END", end), after) == said
+
+
+def test_a_short_equation_is_read_as_text_inside_its_sentence():
+    said = slides.equation_sentence(
+        ["The weights are"], "$$\n\\alpha_i = w_i / W,\n$$", ["where W sums them."]
+    )
+    assert said == "The weights are $\\alpha_i = w_i / W,$ where W sums them."
+
+
+def test_no_named_equation_runs_into_the_next_sentence():
+    notes = [n for _, n in ALL_NOTES]
+    assert not [n for n in notes if re.search(r"the equation on the slide [A-Z]", n)]
+
+
+def test_a_figure_the_chapter_says_nothing_more_of_is_pointed_out_from_its_alt_text():
+    assert slides.pointing_out("Two panels against n. Left: a line.") == (
+        "To point out: two panels against n. Left: a line."
+    )
+    assert slides.pointing_out("") == ""
+    notes = [n for _, n in ALL_NOTES]
+    assert not [n for n in notes if "no more of it than its caption" in n]
+    assert sum(n.startswith("To point out: ") for n in notes) >= 5
+
+
+def test_later_summary_slides_number_their_points():
+    groups = [["- a", "- b", "- c"], ["- d", "- e"], ["- f"]]
+    assert [slides.shown_points(groups, k) for k in range(3)] == [(1, 3), (4, 5), (6, 6)]
+    later = [n for _, n in ALL_NOTES if n.startswith("The summary, points")]
+    assert later and not [n for _, n in ALL_NOTES if "The summary, continued" in n]
+    for note in later:
+        first, last, total = map(int, re.findall(r"\d+", note)[:3])
+        assert 1 < first <= last <= total
 
 
 def notes_of_every_deck():

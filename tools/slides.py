@@ -17,9 +17,11 @@ nothing comes from a CDN). Nothing is typed for the slides; they follow the chap
   exercises with their difficulty and points.
 
 The speaker notes (press S) are short, and each slide has its own: the sentences that lead up
-to a slide's equations, the rest of a section's opening, a figure's caption, the paragraph
-before a code cell, a concept check's answer and explanation, and each exercise's kind and
-points.
+to a slide's equations (a long equation named where its sentence goes on), the rest of a
+section's opening, a figure's caption or, where the chapter says no more of it, what to point
+out in it (its alt text), the paragraph before a code cell, a concept check's answer and
+explanation, and each exercise's kind and points; where an output or a later summary slide has
+nothing of its own, a question for the room.
 
 Press F for full screen, Esc for the overview, S for the speaker view with the notes.
 """
@@ -102,11 +104,20 @@ PAGE_POINTER = re.compile(
 )
 
 
+# the page a sentence of the chapter speaks from, as a lecturer says it of the slides
+THIS_PAGE = [
+    (re.compile(r"\b(?:on )?this page(?:'s)?\b"), "the chapter's page"),
+    (re.compile(r"\b([Tt])he notebook (asserts|checks)\b"), r"\1he chapter's code \2"),
+]
+
+
 def tidy(text):
     """A note as a lecturer reads it aloud: nothing pointing at a page that is not there
-    ("printed above"), no double full stop, a capital first letter, and an end that ends (a
-    closing colon or "..." becomes a full stop)."""
+    ("printed above"; "this page" is the chapter's), no double full stop, a capital first
+    letter, and an end that ends (a closing colon or "..." becomes a full stop)."""
     text = PAGE_POINTER.sub("", re.sub(r"\bas (above|below)\b", "as before", text))
+    for pattern, said in THIS_PAGE:
+        text = pattern.sub(said, text)
     text = re.sub(r"(?<![.])\.\.(?![.])", ".", text)
     if re.match(r"[a-z]+\b(?![-.(_'’\w])", text):  # a word, not a name (k-NN, llama.cpp)
         text = text[0].upper() + text[1:]
@@ -254,17 +265,28 @@ def equation_sentence(before, block, after):
         return opening_sentences(after[0], NOTES // MAX_EQUATIONS) if after else ""
     tex = equation_tex(block)
     rest = opening_sentences(after[0], 0) if goes_on else ""
+    # an equation that ends the sentence it sits in, or that ends with its own comma: the
+    # placeholder that stands for a long one says that punctuation too
+    own = tex.rstrip()[-1] if tex.rstrip().endswith((",", ";", ".")) else ""
+    ends = not rest or rest[:1].isupper()  # the equation ends its sentence
+    mark = "." if ends else own
     space = ", " if rest.startswith("where ") else " " if rest[:1].isalpha() else ""
-    ends_itself = tex.rstrip().endswith((",", ";", "."))  # "... = b, where": no second comma
     # the lead-in, the equation and the rest of its sentence; shorter where that is long
-    for said in (f"${tex}$", "the equation on the slide"):
+    for said in (f"${tex}$" + ("." if ends and not own else ""), PLACEHOLDER + mark):
         if len(maths(tex)) > LONG_EQUATION and said.startswith("$"):
             continue
-        gap = " " if space == ", " and ends_itself and said.startswith("$") else space
+        punctuated = said.rstrip("$").rstrip().endswith((",", ";", "."))
+        gap = " " if space == ", " and punctuated else space
+        if punctuated and rest and not gap:
+            gap = " "
         for words in (f"{lead} {said}{gap}{rest}", f"{opening(lead)}{said}{gap}{rest}"):
             if len(plain_text(words)) <= NOTES // 2:
                 return words.strip()
-    return f"{opening(lead)}the equation on the slide{space}{rest}".strip()
+    gap = " " if mark and rest else space
+    return f"{opening(lead)}{PLACEHOLDER}{mark}{gap}{rest}".strip()
+
+
+PLACEHOLDER = "the equation on the slide"  # in the notes, for an equation too long to read
 
 
 def opening(lead):
@@ -399,7 +421,8 @@ class Section:
         self.heading, self.level = heading, level  # level 2 for ##, 3 for ###
         self.parts = []  # a ## section's ### sections (its notes where it has no prose)
         self.prose = []  # the section's Markdown, as the learner edition writes it
-        # ("figure", number, caption, png) or ("code", source, output, the paragraph before it)
+        # ("figure", number, caption, png, lead-in, alt text) or ("code", source, output,
+        # the paragraph before it, the paragraph after it)
         self.items = []
 
     @property
@@ -550,7 +573,8 @@ class Lecture:
             caption = learner.convert_markdown(caption, self.chapter)
             before = paragraphs(section.prose[-1]) if section.prose else []
             lead = last_sentences(before[-1], NOTES) if before else ""
-            section.items.append(("figure", number, caption, figure_png(cell), lead))
+            alt = cell.metadata["mystnb"].get("image", {}).get("alt", "")
+            section.items.append(("figure", number, caption, figure_png(cell), lead, alt))
         if SLIDE_TAG in cell.metadata.get("tags", []) and section is not None:
             before = paragraphs(section.prose[-1]) if section.prose else []
             lead = last_sentences(before[-1], NOTES) if before else ""
@@ -606,18 +630,22 @@ def section_slides(lecture, section, images):
     said = set(notes)  # no two slides with the same notes
     for item in section.items:
         if item[0] == "figure":
-            _, number, caption, png, lead = item
+            _, number, caption, png, lead, alt = item
             name = f"{lecture.path.stem}-figure-{number}.png"
             images[name] = base64.b64decode(png)
             label = f"Figure {lecture.number}.{number}"
             shown = opening_sentences(caption, CAPTION)
+            point = html.escape(pointing_out(alt), quote=True)  # if its notes are all said before
             figure = (
-                f'<figure><img src="img/{name}" alt="{label}: {plain_text(caption)}">'
+                f'<figure data-point-out="{point}">'
+                f'<img src="img/{name}" alt="{label}: {plain_text(caption)}">'
                 f"<figcaption>{render(f'{label}. {shown}')}</figcaption></figure>"
             )
-            notes = figure_notes(lecture, number, caption[len(shown) :], lead)
-            if notes in said:  # the figure before says it already
-                notes = plain_text(f"{label}: the chapter says no more of it than its caption.")
+            notes = figure_notes(lecture, number, caption[len(shown) :], lead, alt)
+            if notes in said:  # the figure before says it already: what to point out in it
+                notes = pointing_out(alt) or plain_text(
+                    f"{label}: the chapter says no more of it than its caption."
+                )
             said.add(notes)
             slides.append(slide(subheading + figure, notes, "figure"))
         else:
@@ -687,7 +715,7 @@ def code_slides(subheading, section, item):
             )
             for k, part in enumerate([*first, last])
         ]
-        said = notes_text(after) or "The output of the code on the slides before."
+        said = notes_text(after) or PREDICT.format("slides")
         printed = f"<pre class='output'>{html.escape(output)}</pre>"
         out = slide(subheading + "<p class='kicker'>It prints</p>" + printed, said, "output")
         return slides + ([out] if output else [])
@@ -703,18 +731,29 @@ def code_slides(subheading, section, item):
     if not apart:
         return [slide(subheading + code + printed, notes_text(lead), kind)]
     shown = slide(subheading + code, notes_text(lead), kind)
-    said = notes_text(after) or "The output of the code on the slide before."
+    said = notes_text(after) or PREDICT.format("slide")
     return [shown, slide(subheading + "<p class='kicker'>It prints</p>" + printed, said, "output")]
 
 
+# an output slide's notes where the chapter says nothing of what its code prints
+PREDICT = (
+    "What the code on the {} before prints: before showing it, ask the room what they expect "
+    "it to print, then read it out."
+)
 CAPTION = 160  # characters of a figure's caption under it on the slide
 FEW_WORDS = 60  # characters: notes this short say too little on their own
 
 
-def figure_notes(lecture, number, unshown, lead):
+def pointing_out(alt):
+    """A figure's alt text (what it shows, in words) as notes: what to point out in it."""
+    return notes_text(f"To point out: {alt[0].lower()}{alt[1:]}") if alt.strip() else ""
+
+
+def figure_notes(lecture, number, unshown, lead, alt=""):
     """What a figure's slide does not show: what the chapter says where it refers to the
     figure ("Fig. 4.2 shows ..."), then the rest of its caption; else the paragraph that leads
-    up to it; never the caption the slide shows."""
+    up to it; where the chapter says nothing more, what its alt text says it shows; never the
+    caption the slide shows."""
     cited = re.compile(rf"\bFig(?:ure|\.)\s*{lecture.number}\.{number}(?!\d)")
     texts = [p for section in lecture.sections for p in paragraphs("\n\n".join(section.prose))]
     refers = next((p for p in texts if cited.search(p)), "")
@@ -722,7 +761,11 @@ def figure_notes(lecture, number, unshown, lead):
     said = " ".join(t for t in (refers, unshown.strip()) if t)
     if len(said) < FEW_WORDS:  # little or nothing: what leads up to the figure too
         said = f"{said} {lead}".strip()
-    return notes_text(said) or plain_text("The chapter says no more of it than its caption.")
+    return (
+        notes_text(said)
+        or pointing_out(alt)
+        or plain_text("The chapter says no more of it than its caption.")
+    )
 
 
 LONG_BULLET = 40  # words of a summary bullet on a slide; a longer one shows its first sentence
@@ -759,8 +802,11 @@ def summary_slides(lecture):
         )
         + (f"To set afterwards: {first[0]}." if first else "")
     )
-    later = "The summary, continued ({} of {})" + (
-        f": the {checks} concept checks follow." if checks else "."
+    # a later summary slide: its points, and a question for the room (its muddiest point)
+    later = "The summary, points {} to {} of {}: ask the room which of them they could not " + (
+        f"yet explain to a neighbour; the {checks} concept checks that follow test them."
+        if checks
+        else "yet explain to a neighbour."
     )
     # the rest of each long bullet after the slide's own notes, cut to fit
     rest = {b: r for b, r in zip(bullets, rests) if r}
@@ -770,13 +816,22 @@ def summary_slides(lecture):
             render("## Summary\n\n" + "\n".join(group)),
             " ".join(
                 t
-                for t in (later.format(k + 1, len(groups)) if k else notes, notes_text(more, 450))
+                for t in (
+                    later.format(*shown_points(groups, k), len(bullets)) if k else notes,
+                    notes_text(more, 450),
+                )
                 if t
             ),
             "summary",
         )
         for k, (group, more) in enumerate(zip(groups, said))
     ]
+
+
+def shown_points(groups, k):
+    """The first and last number of the summary points on slide k of `groups`."""
+    first = sum(map(len, groups[:k])) + 1
+    return first, first + len(groups[k]) - 1
 
 
 CONCEPT_CHAPTERS = {int(path.stem[2:]) for path in concepts.chapter_files()}
@@ -876,8 +931,10 @@ def without_repeats(slides):
         ]
         kept = [line for line in kept if line.strip()]
         label = re.search(r"<figcaption><p>(Figure \d+\.\d+)\.", text)
+        point = re.search(r'<figure data-point-out="([^"]*)"', text)
         if found and not kept and label:  # a figure the slides before have said all of
-            kept = [f"{label[1]}: the chapter says no more of it than its caption."]
+            kept = [html.unescape(point[1]) if point and point[1] else ""]
+            kept = [kept[0] or f"{label[1]}: the chapter says no more of it than its caption."]
         if found and kept and kept != lines:
             text = text.replace(found[0], f'<aside class="notes">{"<br>".join(kept)}</aside>')
         said.update(t for line in lines for t in ANY_END.split(line))
