@@ -439,8 +439,8 @@ NOTHING_CLIPPED = """() => {
 }"""
 
 
-# Each slide in turn at 1280 x 720: code or output in type under 16 px (of the 1280 x 720
-# slide), and figure captions that reach into the 80 px at the right where reveal.js draws its
+# Each slide in turn at 1280 x 720: code or output in type under 16 px on the screen (reveal.js
+# shows the 1280 x 720 slide scaled into the window, less a margin), and figure captions that reach into the 80 px at the right where reveal.js draws its
 # navigation arrows; [] when there are none.
 READABLE = """() => {
   const frame = document.querySelector('.reveal .slides').getBoundingClientRect();
@@ -449,8 +449,9 @@ READABLE = """() => {
     Reveal.slide(k);
     const scale = Reveal.getScale();
     for (const pre of slide.querySelectorAll('pre')) {
-      const size = parseFloat(getComputedStyle(pre).fontSize);
-      if (size < 15.9) problems.push(`slide ${k + 1}: ${size}px type`);
+      // as shown: reveal.js scales the slide into the screen, less its margin
+      const size = parseFloat(getComputedStyle(pre).fontSize) * scale;
+      if (size < 15.9) problems.push(`slide ${k + 1}: ${size.toFixed(1)}px type on screen`);
     }
     for (const caption of slide.querySelectorAll('figcaption p')) {
       const range = document.createRange();
