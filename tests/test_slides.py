@@ -121,6 +121,8 @@ def test_each_concept_check_has_a_slide_with_its_answer_in_the_notes(path):
     questions = concepts.load(int(path.name[:2]))
     assert len(shown) == len(questions) >= 6, path.name
     for slide, question in zip(shown, questions):
+        for sub in slide.select("sub"):  # W_Q shown as W<sub>Q</sub>: read back as W_Q
+            sub.replace_with("_" + sub.get_text())
         assert slide.select_one(".prompt").get_text() == question.prompt
         options = [li.get_text() for li in slide.select("li")]
         assert options == list(question.options), (path.name, question.id)
@@ -266,6 +268,19 @@ def test_a_figure_the_chapter_says_nothing_more_of_is_pointed_out_from_its_alt_t
     notes = [n for _, n in ALL_NOTES]
     assert not [n for n in notes if "no more of it than its caption" in n]
     assert sum(n.startswith("To point out: ") for n in notes) >= 5
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("Project X into XW_Q and XW_K.", "Project X into XW<sub>Q</sub> and XW<sub>K</sub>."),
+        ("d_model and m_old, W_UK", "d<sub>model</sub> and m<sub>old</sub>, W<sub>UK</sub>"),
+        ("num_heads, top_k(), is_causal", "num_heads, top_k(), is_causal"),  # names in code
+        ("a < b & W_O", "a &lt; b &amp; W<sub>O</sub>"),
+    ],
+)
+def test_a_concept_check_slide_shows_subscripts(text, shown):
+    assert slides.concept_html(text) == shown
 
 
 def test_later_summary_slides_number_their_points():
@@ -440,8 +455,9 @@ NOTHING_CLIPPED = """() => {
 
 
 # Each slide in turn at 1280 x 720: code or output in type under 16 px on the screen (reveal.js
-# shows the 1280 x 720 slide scaled into the window, less a margin), and figure captions that reach into the 80 px at the right where reveal.js draws its
-# navigation arrows; [] when there are none.
+# shows the 1280 x 720 slide scaled into the window, less a margin), and figure captions that
+# reach into the 80 px at the right where reveal.js draws its navigation arrows; [] when there
+# are none.
 READABLE = """() => {
   const frame = document.querySelector('.reveal .slides').getBoundingClientRect();
   const problems = [];

@@ -715,7 +715,7 @@ def code_slides(subheading, section, item):
             )
             for k, part in enumerate([*first, last])
         ]
-        said = notes_text(after) or PREDICT.format("slides")
+        said = notes_text(after) or plain_text(PREDICT.format("slides", section.heading))
         printed = f"<pre class='output'>{html.escape(output)}</pre>"
         out = slide(subheading + "<p class='kicker'>It prints</p>" + printed, said, "output")
         return slides + ([out] if output else [])
@@ -731,14 +731,14 @@ def code_slides(subheading, section, item):
     if not apart:
         return [slide(subheading + code + printed, notes_text(lead), kind)]
     shown = slide(subheading + code, notes_text(lead), kind)
-    said = notes_text(after) or PREDICT.format("slide")
+    said = notes_text(after) or plain_text(PREDICT.format("slide", section.heading))
     return [shown, slide(subheading + "<p class='kicker'>It prints</p>" + printed, said, "output")]
 
 
 # an output slide's notes where the chapter says nothing of what its code prints
 PREDICT = (
-    "What the code on the {} before prints: before showing it, ask the room what they expect "
-    "it to print, then read it out."
+    "What the code on the {} before prints ({}): before showing it, ask the room what they "
+    "expect it to print, then read it out."
 )
 CAPTION = 160  # characters of a figure's caption under it on the slide
 FEW_WORDS = 60  # characters: notes this short say too little on their own
@@ -837,6 +837,16 @@ def shown_points(groups, k):
 CONCEPT_CHAPTERS = {int(path.stem[2:]) for path in concepts.chapter_files()}
 
 
+# a subscript in the concept checks' plain text (W_Q, d_model, m_old): a symbol of one or two
+# letters and a subscript of at most five, not a name in code (kv_heads, top_k, is_causal)
+SUBSCRIPT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z]{1,2})_([A-Za-z0-9]{1,5})(?![A-Za-z0-9_(])")
+
+
+def concept_html(text):
+    """A concept check's plain text as the slide shows it: escaped, W_Q as W<sub>Q</sub>."""
+    return SUBSCRIPT.sub(r"\1<sub>\2</sub>", html.escape(text))
+
+
 def concept_slides(lecture):
     """One slide for each of the chapter's concept checks: the question and its options on the
     slide, the answer and its explanation in the notes."""
@@ -845,10 +855,10 @@ def concept_slides(lecture):
     slides = []
     for q in concepts.load(lecture.number):
         body = f"<p class='kicker'>Concept check {lecture.number}.{q.number}</p>"
-        body += f"<p class='prompt'>{html.escape(q.prompt)}</p>"
+        body += f"<p class='prompt'>{concept_html(q.prompt)}</p>"
         if q.kind in ("choice", "order"):
             tag = "ol type='A'" if q.kind == "choice" else "ul"
-            options = "".join(f"<li>{html.escape(option)}</li>" for option in q.options)
+            options = "".join(f"<li>{concept_html(option)}</li>" for option in q.options)
             body += f"<{tag}>{options}</{tag.split()[0]}>"
         if q.kind == "order" and not re.search(r"\bin order\b", q.prompt, re.I):
             body += "<p class='hint'>Put these steps in order.</p>"
