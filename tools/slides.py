@@ -158,6 +158,7 @@ def split_sentences(text, maxsplit=0):
 
 
 SHORT = 300  # characters of prose on a slide without equations
+FEW_WORDS_SHOWN = 90  # characters: a slide's opening this short takes its next sentence too
 NOTES = 600  # characters of speaker notes on one slide (about 100 words)
 
 
@@ -611,6 +612,8 @@ def section_slides(lecture, section, images):
     else:  # or one with the section's opening sentences
         text = "\n\n".join(section.prose)
         opening = opening_sentences(first_paragraph(text))
+        if len(opening) < FEW_WORDS_SHOWN:  # one short sentence: the next one too
+            opening = opening_sentences(first_paragraph(text), SHORT + SHORT // 2)
         point = section.point(opening)
         announced = list_after(text, opening)  # "... in three steps:" and the steps
         if announced:
