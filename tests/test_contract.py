@@ -1134,6 +1134,13 @@ REGISTRY = {
         lambda: (closing_figures(diagrams.draw_decoder_block), dict(config=tiny_decoder_config())),
         {"config": INSTANCE},
     ),
+    "attention_course.diagrams.draw_sentence_encoder": Case(
+        lambda: (
+            closing_figures(diagrams.draw_sentence_encoder),
+            dict(config=minilm.EncoderConfig(**TINY_ENCODER)),
+        ),
+        {"config": INSTANCE},
+    ),
     "attention_course.diagrams.draw_rotary_pairs": Case(
         lambda: (closing_figures(diagrams.draw_rotary_pairs), dict(head_dim=6)),
         {

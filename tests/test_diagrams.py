@@ -24,8 +24,10 @@ from attention_course import (
     draw_packed_projections,
     draw_rotary_pairs,
     draw_self_attention,
+    draw_sentence_encoder,
     draw_tiled_scores,
 )
+from attention_course.pretrained import EncoderConfig
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +91,35 @@ def test_the_decoder_block_reads_a_models_config():
     model = TinyDecoder(30, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=3)
     drawn = joined(draw_decoder_block(model.config))
     assert f"$32 \\to {model.config.hidden_dim}$" in drawn and "× 3 blocks" in drawn
+
+
+# -------------------------------------------------------------------- the sentence encoder
+
+
+def test_the_sentence_encoder_shows_its_parts():
+    fig = draw_sentence_encoder(EncoderConfig())
+    assert isinstance(fig, Figure)
+    drawn = joined(fig)
+    for part in ("token $e_{t_i}$", "position $p_i$", "segment $s_0$", "multi-head attention"):
+        assert part in drawn, part
+    for part in ("padding mask", "$W_O$", "$W_1$", "GELU", "$W_2$", "mean over the real tokens"):
+        assert part in drawn, part
+    # post-norm: a LayerNorm after the embeddings' sum and after each of the two residual adds
+    assert texts(fig).count("LayerNorm") == 3
+    assert texts(fig).count("+") == 3
+
+
+def test_the_sentence_encoders_sizes_come_from_its_config():
+    drawn = joined(draw_sentence_encoder(EncoderConfig()))  # all-MiniLM-L6-v2's sizes
+    assert "30,522 × 384" in drawn and "512 × 384" in drawn and "2 × 384" in drawn
+    assert "12 heads, $d_h = 32$" in drawn and "$384 \\to 12 \\times 32$" in drawn
+    assert "$384 \\to 1536$" in drawn and "$1536 \\to 384$" in drawn and "× 6 layers" in drawn
+    other = EncoderConfig(
+        vocab_size=100, embed_dim=64, num_heads=8, num_layers=3, ffn_dim=256, max_positions=40
+    )
+    drawn = joined(draw_sentence_encoder(other))
+    assert "100 × 64" in drawn and "40 × 64" in drawn and "8 heads, $d_h = 8$" in drawn
+    assert "$64 \\to 256$" in drawn and "× 3 layers" in drawn and "384" not in drawn
 
 
 # ------------------------------------------------------------------------------ the tiles
@@ -282,6 +313,7 @@ def test_the_packed_weight_has_a_band_per_head_and_role(d_model, num_heads):
     "call, error, names",
     [
         (lambda: draw_decoder_block(object()), TypeError, "config"),
+        (lambda: draw_sentence_encoder(config()), TypeError, "config"),
         (lambda: draw_tiled_scores(10, 7, 0, 3), ValueError, "query_block"),
         (lambda: draw_tiled_scores(10, 7, 4, 3, row=3), ValueError, "row"),
         (lambda: draw_tiled_scores(10, 7.0, 4, 3), TypeError, "n_keys"),

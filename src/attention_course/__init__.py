@@ -58,6 +58,7 @@ from .diagrams import (
     draw_latent_attention,
     draw_linear_recurrence,
     draw_rotary_pairs,
+    draw_sentence_encoder,
     draw_tiled_scores,
 )
 from .flow_diagrams import draw_flash_kernels, draw_flash_program, draw_self_attention
@@ -144,6 +145,7 @@ __all__ = [
     "draw_packed_projections",
     "draw_rotary_pairs",
     "draw_self_attention",
+    "draw_sentence_encoder",
     "draw_tiled_scores",
     "dot_product_scores",
     "flash_attention",

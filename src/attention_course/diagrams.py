@@ -1,5 +1,5 @@
 """Diagrams drawn in code: the parts of a model or an algorithm, and what flows between them
-(chapters 6, 10, 11, 12, 14, 15 and 16; chapter 8's are in `head_diagrams`).
+(chapters 6, 10, 11, 12, 13, 14, 15 and 16; chapter 8's are in `head_diagrams`).
 
 The colours are `plotting`'s Okabe–Ito palette, as light tints behind black text, so that every
 label reads in grey and in print; a box's border says what the tint says (dashed: cached).
@@ -34,6 +34,7 @@ from ._shapes import require_instance, require_int, require_rank, shape_of, type
 from .config import DecoderConfig
 from .latent import MultiHeadLatentAttention
 from .plotting import LINE_STYLES, OKABE_ITO
+from .pretrained.minilm import EncoderConfig
 
 
 def draw_decoder_block(config):
@@ -104,6 +105,84 @@ def draw_decoder_block(config):
     note(ax, 5.3, 4.1, "attention", rotation=90, colour=BLUE, fontsize=9.5)
     note(ax, 5.3, 9.4, "SwiGLU feed-forward", rotation=90, colour="#A04000", fontsize=9.5)
     note(ax, -0.15, 3.3, "residual\nstream", ha="right", fontsize=8)
+    return fig
+
+
+def draw_sentence_encoder(config):
+    """A BERT-style sentence encoder (`SentenceEncoder`, all-MiniLM-L6-v2), bottom to top: the
+    token, position and segment embeddings summed and normalised; one post-norm layer
+    (multi-head attention with the padding mask, a residual add, LayerNorm; the GELU
+    feed-forward, a residual add, LayerNorm), repeated; mean pooling over the real tokens and
+    scaling to unit length. Every size is read from `config` (an `EncoderConfig`). Returns the
+    Figure. Chapter 13."""
+    require_instance("config", config, EncoderConfig, "an EncoderConfig")
+    d, heads, ffn = config.embed_dim, config.num_heads, config.ffn_dim
+    d_h = d // heads
+    fig, ax = canvas(6.0, 7.4, (-2.9, 5.2), (-0.55, 11.0))
+    # the embeddings: three tables, one row of each per token, summed
+    tables = (
+        (-1.9, "token $e_{t_i}$", config.vocab_size),
+        (0.0, "position $p_i$", config.max_positions),
+        (1.9, "segment $s_0$", config.num_segments),
+    )
+    for x, name, rows in tables:
+        box(ax, x, 0, f"{name}\n{rows:,} × {d}", YELLOW, fontsize=8.5)
+        arrow(ax, (x, 0.45), (0.25 * (x > 0) - 0.25 * (x < 0), 0.95))
+    plus(ax, 0, 1.2)
+    arrow(ax, (0, 1.5), (0, 1.85))
+    box(ax, 0, 2.1, "LayerNorm", GREEN)
+    # one layer: attention and the feed-forward network, each added to the stream, then
+    # normalised (post-norm: the LayerNorm sits on the stream itself)
+    line(ax, [0, 0], [2.4, 4.45])
+    line(ax, [0, 2.6], [2.75, 2.75])
+    arrow(ax, (2.6, 2.75), (2.6, 3.05))
+    box(
+        ax,
+        2.6,
+        3.55,
+        f"multi-head attention: {heads} heads, $d_h = {d_h}$\n"
+        f"$W_Q, W_K, W_V$: ${d} \\to {heads} \\times {d_h}$\n"
+        "padding mask: the real tokens' keys only",
+        BLUE,
+        fontsize=8.5,
+    )
+    arrow(ax, (2.6, 4.05), (2.6, 4.4))
+    box(ax, 2.6, 4.7, f"$W_O$  ${heads} \\times {d_h} \\to {d}$", BLUE, fontsize=8.5)
+    arrow(ax, (1.75, 4.7), (0.25, 4.7))
+    plus(ax, 0, 4.7)
+    arrow(ax, (0, 5.0), (0, 5.35))
+    box(ax, 0, 5.6, "LayerNorm", GREEN)
+    line(ax, [0, 0], [5.9, 8.15])
+    line(ax, [0, 2.6], [6.15, 6.15])
+    arrow(ax, (2.6, 6.15), (2.6, 6.45))
+    box(ax, 2.6, 6.75, f"$W_1$  ${d} \\to {ffn}$", ORANGE, fontsize=8.5)
+    arrow(ax, (2.6, 7.05), (2.6, 7.3))
+    box(ax, 2.6, 7.55, "GELU", ORANGE, fontsize=8.5)
+    arrow(ax, (2.6, 7.8), (2.6, 8.1))
+    box(ax, 2.6, 8.4, f"$W_2$  ${ffn} \\to {d}$", ORANGE, fontsize=8.5)
+    arrow(ax, (1.85, 8.4), (0.25, 8.4))
+    plus(ax, 0, 8.4)
+    arrow(ax, (0, 8.7), (0, 9.05))
+    box(ax, 0, 9.3, "LayerNorm", GREEN)
+    # mean pooling: one vector per sentence
+    arrow(ax, (0, 9.6), (0, 9.95))
+    box(
+        ax,
+        0,
+        10.45,
+        f"mean over the real tokens, ÷ its length\nsentence vector: "
+        f"unit length in $\\mathbb{{R}}^{{{d}}}$",
+        SKY,
+        fontsize=8.5,
+    )
+    # what repeats, and what each half is
+    line(ax, [-0.95, -1.1, -1.1, -0.95], [2.5, 2.5, 9.55, 9.55], colour="0.4")
+    note(ax, -1.45, 6.0, f"× {config.num_layers} layers", rotation=90, fontsize=10)
+    note(ax, 4.75, 3.9, "attention", rotation=90, colour=BLUE, fontsize=9.5)
+    note(ax, 4.75, 7.55, "feed-forward", rotation=90, colour="#A04000", fontsize=9.5)
+    note(ax, -0.15, 3.6, f"$n \\times {d}$", ha="right", fontsize=8.5)
+    note(ax, -2.3, 1.2, "sum, then\nnormalise", fontsize=8)
+    note(ax, 0.8, 5.6, "post-norm: LayerNorm after the add", ha="left", fontsize=8)
     return fig
 
 
