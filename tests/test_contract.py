@@ -1231,6 +1231,13 @@ REGISTRY = {
             "head_dim": COUNT,
         },
     ),
+    "attention_course.flow_diagrams.draw_retrieval_task": Case(
+        lambda: (
+            closing_figures(flow_diagrams.draw_retrieval_task),
+            dict(n_tokens=16, d_in=32, d=256, noise=0.5),
+        ),
+        {"n_tokens": COUNT, "d_in": COUNT, "d": COUNT, "noise": NON_NEGATIVE},
+    ),
     "attention_course.flow_diagrams.draw_flash_kernels": Case(
         lambda: (
             closing_figures(flow_diagrams.draw_flash_kernels),

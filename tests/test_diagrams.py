@@ -22,6 +22,7 @@ from attention_course import (
     draw_linear_recurrence,
     draw_multi_head,
     draw_packed_projections,
+    draw_retrieval_task,
     draw_rotary_pairs,
     draw_self_attention,
     draw_sentence_encoder,
@@ -353,6 +354,22 @@ def test_self_attention_draws_three_projections_and_its_shapes(n, d_model, d_k, 
     assert f"${n} \\times {d_model}$" in matrices  # X
     assert matrices.count(f"${n} \\times {n}$") == 2  # the scores and the weights
     assert f"$AV$\n${n} \\times {d_v}$" in matrices
+
+
+@pytest.mark.parametrize("n_tokens, d_in, d, noise", [(16, 32, 256, 0.5), (5, 3, 7, 0)])
+def test_retrieval_task_draws_two_learned_projections_and_its_shapes(n_tokens, d_in, d, noise):
+    fig = draw_retrieval_task(n_tokens, d_in, d, noise)
+    projections = [t.get_text() for t in with_gid(fig, "projection")]
+    # W_K for the tokens, W_Q for the query token, each from d_in to d
+    assert projections == [f"$W_K$: ${d_in} \\to {d}$", f"$W_Q$: ${d_in} \\to {d}$"]
+    tensors = "\n".join(t.get_text() for t in with_gid(fig, "tensor"))
+    assert f"$x_1, \\dots, x_{{{n_tokens}}}$\n${n_tokens} \\times {d_in}$" in tensors
+    assert f"$x_t + {noise:g}\\,\\varepsilon$\n${d_in}$" in tensors
+    assert f"keys $k_j$\n${n_tokens} \\times {d}$" in tensors
+    assert f"query $q$\n${d}$" in tensors
+    # one score and one weight per token
+    assert tensors.count(f"\n${n_tokens}$") == 2
+    assert "loss $-\\ln \\alpha_t$" in joined(fig)
 
 
 @pytest.mark.parametrize("n_keys, block_k", [(256, 32), (100, 32), (5, 8), (48, 4)])

@@ -61,7 +61,12 @@ from .diagrams import (
     draw_sentence_encoder,
     draw_tiled_scores,
 )
-from .flow_diagrams import draw_flash_kernels, draw_flash_program, draw_self_attention
+from .flow_diagrams import (
+    draw_flash_kernels,
+    draw_flash_program,
+    draw_retrieval_task,
+    draw_self_attention,
+)
 from .head_diagrams import draw_multi_head, draw_packed_projections
 from .latent import LatentCache, MultiHeadLatentAttention, latent_cache_bytes
 from .linear import delta_rule, linear_attention
@@ -143,6 +148,7 @@ __all__ = [
     "draw_linear_recurrence",
     "draw_multi_head",
     "draw_packed_projections",
+    "draw_retrieval_task",
     "draw_rotary_pairs",
     "draw_self_attention",
     "draw_sentence_encoder",

@@ -1,6 +1,6 @@
-"""Diagrams of what flows through one layer or one kernel: self-attention's projections and
-products (chapter 7), one program of FlashAttention-2's forward kernel and the kernels that
-`triton_flash_attention` launches (chapter 18).
+"""Diagrams of what flows through one layer or one kernel: chapter 4's toy retrieval task,
+self-attention's projections and products (chapter 7), one program of FlashAttention-2's
+forward kernel and the kernels that `triton_flash_attention` launches (chapter 18).
 
 Drawn as `diagrams` draws (the primitives of `_drawing`: light Okabe–Ito tints behind black
 text, readable in grey, in print and on the dark theme's white figure ground); every size on a
@@ -13,7 +13,7 @@ import math
 from matplotlib.patches import Rectangle
 
 from ._drawing import BLUE, GREEN, ORANGE, PINK, SKY, arrow, box, canvas, note, tint
-from ._shapes import require_int
+from ._shapes import require_int, require_number
 
 MOST_TILES = 12  # the most key tiles a program's row can show
 
@@ -173,4 +173,53 @@ def draw_flash_kernels(n, batch_heads, block_q, block_k):
         "each recomputes\n$\\Phi = e^{S - \\mathrm{lse}}$\ntile by tile",
         fontsize=8,
     )
+    return fig
+
+
+def draw_retrieval_task(n_tokens, d_in, d, noise):
+    """Chapter 4's toy retrieval task, one example: n_tokens random tokens (d_in each) and a
+    query token, token t plus `noise` times standard normal noise; the learned W_K and W_Q
+    (d_in -> d) map them to the keys and the query; the scores q . k_j times the scale under
+    study, their softmax, and the loss -ln alpha_t, the cross-entropy against token t. Every
+    size is read from the arguments. Returns the Figure; the two learned projections are texts
+    with gid "projection", the tensors texts with gid "tensor". Chapter 4."""
+    _sizes(n_tokens=n_tokens, d_in=d_in, d=d)
+    require_number("noise", noise, 0)
+    fig, ax = canvas(8.6, 2.9, (-0.9, 11.4), (-1.75, 1.45))
+    box(
+        ax,
+        0.3,
+        0.85,
+        f"tokens $x_1, \\dots, x_{{{n_tokens}}}$\n${n_tokens} \\times {d_in}$",
+        gid="tensor",
+    )
+    box(ax, 0.3, -0.85, f"query token\n$x_t + {noise:g}\\,\\varepsilon$\n${d_in}$", gid="tensor")
+    # the query token copies one of the tokens, with noise
+    arrow(ax, (0.3, 0.45), (0.3, -0.4), dashed=True)
+    note(ax, 0.45, 0.0, f"$t$: one of\nthe {n_tokens}, at random", ha="left", fontsize=8)
+    for name, y, size in (("K", 0.85, f"{n_tokens} \\times {d}"), ("Q", -0.85, f"{d}")):
+        # each learned projection of its own input
+        arrow(ax, (1.45, y), (2.35, y))
+        box(ax, 3.25, y, f"$W_{name}$: ${d_in} \\to {d}$", BLUE, 8.5, gid="projection")
+        arrow(ax, (4.15, y), (4.85, y))
+        letter = "keys $k_j$" if name == "K" else "query $q$"
+        box(ax, 5.7, y, f"{letter}\n${size}$", SKY, 8.5, gid="tensor")
+    # the query against every key, then the softmax and the loss
+    arrow(ax, (6.55, 0.85), (7.3, 0.2))
+    arrow(ax, (6.55, -0.85), (7.3, -0.2))
+    box(
+        ax,
+        8.25,
+        0.0,
+        f"scores\n$\\mathrm{{scale}} \\cdot q \\cdot k_j$\n${n_tokens}$",
+        ORANGE,
+        8.5,
+        gid="tensor",
+    )
+    arrow(ax, (9.2, 0.0), (9.7, 0.0))
+    box(ax, 10.5, 0.0, f"softmax $\\alpha$\n${n_tokens}$", ORANGE, 8.5, gid="tensor")
+    arrow(ax, (10.5, -0.45), (10.5, -0.95))
+    box(ax, 10.5, -1.3, "loss $-\\ln \\alpha_t$", GREEN, 8.5)
+    note(ax, 3.25, -1.45, "learned: $W_Q$ and $W_K$ only", fontsize=8)
+    note(ax, 8.25, 0.95, "scale: $1/\\sqrt{d}$, none\nor $1/\\sqrt{d_\\mathrm{model}}$", fontsize=8)
     return fig
