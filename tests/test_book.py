@@ -530,7 +530,7 @@ def test_the_10_week_plan_gives_the_project_its_hours_and_no_week_more_than_ten(
     text = (ROOT / "instructors.md").read_text()
     block = re.search(r"A \*\*10-week module\*\*.*?```\{course-syllabus\}\n(.*?)```", text, re.S)
     stated = re.search(
-        r"project takes a student about (\d+) hours", (ROOT / "projects.md").read_text()
+        r"project is planned at about (\d+) hours", (ROOT / "projects.md").read_text()
     )
     facts = {f["number"]: f for f in course_guide.chapter_facts(ROOT)}
     total = 0
