@@ -6,6 +6,7 @@ that counts every load and store of the tiled schedule. tests/test_cuda.py runs 
 compiled when a GPU is present."""
 
 import importlib
+import inspect
 import json
 import math
 import pathlib
@@ -162,6 +163,46 @@ def test_without_triton_the_error_says_how_to_install_it(monkeypatch):
         triton_flash_attention(q, k, v)
     monkeypatch.undo()
     assert importlib.import_module("attention_course._triton_kernels") is _triton_kernels
+
+
+@pytest.mark.parametrize(
+    "numpy_version, triton_version, refused",
+    [
+        ("2.5.2", "3.6.0", True),
+        ("2.4.0", "3.8.1", True),
+        ("2.3.5", "3.6.0", False),
+        ("2.5.2", "3.9.0", False),
+    ],
+)
+def test_an_interpreter_that_cannot_read_numpy_2_5_is_named(
+    monkeypatch, numpy_version, triton_version, refused
+):
+    """Triton 3.6.0's interpreter failed every kernel here with NumPy 2.5.2 (on a GPU machine's
+    image, 2026-12-04: "only 0-dimensional arrays can be converted to Python scalars"); Colab's
+    Triton 3.6.0 with its NumPy 2.1 runs them (tests/test_colab.py)."""
+    import numpy
+    import triton
+
+    monkeypatch.setattr(numpy, "__version__", numpy_version)
+    monkeypatch.setattr(triton, "__version__", triton_version)
+    q, k, v = qkv((1,), 4, 4, 16, 16)
+    if refused:
+        with pytest.raises(
+            RuntimeError, match=rf"NumPy {numpy_version}: pip install triton==3\.9\.0"
+        ):
+            triton_flash_attention(q, k, v)
+    else:
+        triton_flash_attention(q, k, v)
+
+
+def test_numpy_refuses_int_of_a_one_element_array_and_the_interpreter_squeezes_it_first():
+    """The two facts the check above rests on, read off the pinned NumPy (2.4.6) and Triton."""
+    import numpy
+    import triton.runtime.interpreter as interpreter
+
+    with pytest.raises(TypeError, match="only 0-dimensional arrays"):
+        int(numpy.array([3]))
+    assert "int(self.handle.data.squeeze())" in inspect.getsource(interpreter)
 
 
 def test_the_package_exports_the_kernel_at_the_top_level():

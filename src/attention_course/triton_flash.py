@@ -9,6 +9,7 @@ bring their own). Chapter 12's `flash_attention` is the same algorithm in PyTorc
 
 import importlib
 import math
+import re
 
 import torch
 
@@ -28,6 +29,27 @@ def _kernels():
             f"triton_flash_attention needs Triton, which is not installed: {INSTALL} "
             "(a CPU runs its kernels through Triton's interpreter)"
         ) from error
+
+
+def _release(version):
+    """The leading numbers of a version string: "3.6.0+git" -> (3, 6, 0)."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def _check_interpreter():
+    """Triton's interpreter before 3.9 reads a kernel's integer arguments with int() of a
+    one-element array, which NumPy 2.4 refuses (2.3 warned): every kernel then fails inside the
+    interpreter (seen with Triton 3.6.0 and NumPy 2.5.2; 3.9's interpreter squeezes the array
+    first). Say so at the door instead."""
+    import numpy
+    import triton
+
+    if _release(numpy.__version__) >= (2, 4) and _release(triton.__version__) < (3, 9):
+        raise RuntimeError(
+            f"Triton {triton.__version__}'s interpreter, which runs the kernels on a CPU, "
+            f"fails with NumPy {numpy.__version__}: pip install triton==3.9.0, or "
+            "pip install 'numpy<2.4' (or run on a CUDA GPU)"
+        )
 
 
 def _check_block(name, block):
@@ -108,6 +130,8 @@ def triton_flash_attention(
     _check_inputs(query, key, value, block_queries, block_keys)
     scale = check_scale(scale, query)
     kernels = _kernels()
+    if query.device.type == "cpu":
+        _check_interpreter()
     default = _tile_size(query.dtype, query.shape[-1], value.shape[-1])
     blocks = (block_queries or default, block_keys or default)
     # broadcast the batch dimensions, then flatten them: (batch * heads, n, dim)
