@@ -2165,6 +2165,7 @@ EXEMPT = {
             "load_python_reference_sections",
             "load_streaming_past_context",
             "load_serving_reference",
+            "load_triton_gpu_run",
         )
     },
     **{

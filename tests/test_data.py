@@ -1,6 +1,7 @@
 """The data loaders: provenance, checksum, seeding."""
 
 import hashlib
+import json
 import math
 import os
 import pathlib
@@ -221,6 +222,35 @@ def test_serving_reference_is_checksum_verified(tmp_path):
     changed.write_text((data_dir() / "serving_reference.json").read_text().replace("1", "2", 1))
     with pytest.raises(ValueError, match="was changed"):
         load_serving_reference(changed)
+
+
+def test_the_triton_gpu_run_is_checksum_verified_and_times_what_the_chapter_times(tmp_path):
+    from attention_course.data import load_triton_gpu_run
+
+    run = load_triton_gpu_run()
+    shape = run["shape"]
+    cell = next(
+        "".join(c["source"])
+        for c in json.loads((ROOT / "chapters" / "18_flashattention_in_triton.ipynb").read_text())[
+            "cells"
+        ]
+        if "def time_on_gpu" in "".join(c["source"])
+    )
+    sizes = f"random_qkv({shape['batch']}, {shape['heads']}, {shape['length']}, "
+    assert sizes + f"{shape['head_dim']}," in cell and shape["dtype"] == "float16"
+    assert set(run["milliseconds"]) == {
+        "triton_flash_attention",
+        "SDPA, FlashAttention backend",
+        "chapter 12's flash_attention",
+    }
+    assert all(0 < t["forward"] < t["forward_backward"] for t in run["milliseconds"].values())
+    assert run["gpu"].startswith("NVIDIA") and run["versions"]["cuda"]
+    digest = hashlib.sha256((data_dir() / "triton_gpu_run.json").read_bytes()).hexdigest()
+    assert digest in (data_dir() / "README.md").read_text()
+    changed = tmp_path / "triton_gpu_run.json"
+    changed.write_text((data_dir() / "triton_gpu_run.json").read_text().replace("5", "4", 1))
+    with pytest.raises(ValueError, match="was changed"):
+        load_triton_gpu_run(changed)
 
 
 def test_execution_model_is_the_python_reference_section():

@@ -34,6 +34,7 @@ SEQ2SEQ_LONG_TRAINING_SHA256 = "5550b0e25453f7930c2e73d11a73084dbb097929cf8757a1
 REFERENCE_SECTIONS_SHA256 = "d6c05790ec308ea325327e7508f2d52619fe6838924a3b217540fa80474d1fa1"
 STREAMING_PAST_CONTEXT_SHA256 = "085573d680e0640761a22b571ee1500dd8cf29c5f67ff38a93a792ab84d7dde5"
 SERVING_REFERENCE_SHA256 = "341909eb2d9b3219f67c28d8b1af27701eba16abc32f38084d21ce7ae32d5bf4"
+TRITON_GPU_RUN_SHA256 = "24823441f824b6186aa21a57696ecda74d312d65e3a6ce6f0815890a5d9f43e2"
 
 
 def data_dir():
@@ -158,6 +159,15 @@ def load_serving_reference(path=None):
     Chapter 19."""
     path = pathlib.Path(path) if path else data_dir() / "serving_reference.json"
     return json.loads(_verified_bytes(path, SERVING_REFERENCE_SHA256))
+
+
+def load_triton_gpu_run(path=None):
+    """One run of chapter 18's timing cell on a CUDA GPU, for a page built on a CPU: a dict
+    with the "gpu", the "date", the library "versions", the inputs' "shape" and, for each
+    attention timed, the "milliseconds" of its "forward" and "forward_backward".
+    Checksum-verified; tools/data/triton_gpu_run.py wrote it. Chapter 18."""
+    path = pathlib.Path(path) if path else data_dir() / "triton_gpu_run.json"
+    return json.loads(_verified_bytes(path, TRITON_GPU_RUN_SHA256))
 
 
 def load_zen_of_python(path=None):
