@@ -59,6 +59,7 @@ slides: $(READY)
 WORKERS ?= 2
 test: system $(READY)
 	$(BIN)/python -m pytest tests chapters templates --nbval -p no:cacheprovider -rs \
+		--nbval-sanitize-with tests/nbval_sanitize.cfg \
 		--durations=40 -n $(WORKERS) --dist loadscope --no-loadscope-reorder
 
 notebooks: $(READY)
