@@ -290,8 +290,14 @@ def chapter_6_settings():
 
 
 def test_seq2seq_long_training_is_what_chapter_6_computes(tmp_path, chapter_6_settings):
-    """Chapter 6's long-training table: checksum, shape, and one of its six runs (seed 0 without
-    attention, 960 steps) recomputed from the chapter's own code by the script that wrote it."""
+    """Chapter 6's long-training table: checksum, shape, and seed 0 of both models (960 steps)
+    recomputed from the chapter's own code by the script that wrote it. Float64 on one thread
+    gives the stored digits on the kind of processor that wrote them, not on every one: on
+    another (2026-12-04), rounding in the last bits, grown over 960 steps, moved per-sequence
+    accuracies at n >= 6 by up to 0.27. So the recomputed runs must bear out what the chapter
+    says of the table: from n = 4 on, each seed with attention ahead of every stored seed
+    without it, and each without behind every stored seed with it, per token and per sequence;
+    and at n = 1 and 2, where both models are nearly perfect, the stored digits."""
     import importlib.util
 
     from attention_course.data import load_seq2seq_long_training
@@ -305,13 +311,25 @@ def test_seq2seq_long_training_is_what_chapter_6_computes(tmp_path, chapter_6_se
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     chapter = module.chapter_namespace()
-    model, _ = chapter["train"](False, 0, steps=record["steps"])
-    tokens, _ = chapter["greedy_decode"](
-        model, chapter["test_sources"], chapter["test_lens"], chapter["MAX_LEN"] + 1
-    )
-    per_token, per_sequence = chapter["accuracy_by_length"](tokens)
-    assert [round(x, 4) for x in per_token.tolist()] == record["no attention"]["per_token"][0]
-    assert [round(x, 4) for x in per_sequence.tolist()] == record["no attention"]["per_sequence"][0]
+    stored = {
+        (kind, measure): torch.tensor(record[kind][measure])  # (seeds, lengths)
+        for kind in ("no attention", "attention")
+        for measure in ("per_token", "per_sequence")
+    }
+    for kind, other, attention in (("no attention", "attention", False),
+                                   ("attention", "no attention", True)):  # fmt: skip
+        model, _ = chapter["train"](attention, 0, steps=record["steps"])
+        tokens, _ = chapter["greedy_decode"](
+            model, chapter["test_sources"], chapter["test_lens"], chapter["MAX_LEN"] + 1
+        )
+        for measure, accuracy in zip(
+            ("per_token", "per_sequence"), chapter["accuracy_by_length"](tokens)
+        ):
+            ours, theirs = accuracy.round(decimals=4), stored[other, measure]
+            ahead = ours[3:] > theirs[:, 3:].max(0).values
+            behind = ours[3:] < theirs[:, 3:].min(0).values
+            assert bool(ahead.all() if attention else behind.all()), (kind, measure, ours)
+            assert ours[:2].tolist() == stored[kind, measure][0, :2].tolist()
     changed = tmp_path / "seq2seq_long_training.json"
     changed.write_text((data_dir() / "seq2seq_long_training.json").read_text().replace("1", "2", 1))
     with pytest.raises(ValueError, match="was changed"):
