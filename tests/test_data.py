@@ -22,6 +22,17 @@ from attention_course import (
 from attention_course.data import MCYCLE_SHA256, data_dir
 
 
+def assert_checksummed(loader, file_name, tmp_path, old, new):
+    """The data file's SHA-256 is on data/README.md, and `loader` refuses a copy of it with its
+    first `old` replaced by `new`."""
+    digest = hashlib.sha256((data_dir() / file_name).read_bytes()).hexdigest()
+    assert digest in (data_dir() / "README.md").read_text()
+    changed = tmp_path / file_name
+    changed.write_text((data_dir() / file_name).read_text().replace(old, new, 1))
+    with pytest.raises(ValueError, match="was changed"):
+        loader(changed)
+
+
 def test_mcycle_has_the_documented_shape_and_units():
     times, accel = load_mcycle()
     assert times.shape == accel.shape == (133,)
@@ -184,12 +195,7 @@ def test_minilm_reference_is_checksum_verified(tmp_path):
     sentences, embeddings = load_minilm_reference()
     assert len(sentences) == 3 and embeddings.shape == (3, 384)
     torch.testing.assert_close(embeddings.norm(dim=-1), torch.ones(3), atol=1e-6, rtol=0)
-    digest = hashlib.sha256((data_dir() / "minilm_reference.json").read_bytes()).hexdigest()
-    assert digest in (data_dir() / "README.md").read_text()
-    changed = tmp_path / "minilm_reference.json"
-    changed.write_text((data_dir() / "minilm_reference.json").read_text().replace("0.1", "0.2", 1))
-    with pytest.raises(ValueError, match="was changed"):
-        load_minilm_reference(changed)
+    assert_checksummed(load_minilm_reference, "minilm_reference.json", tmp_path, "0.1", "0.2")
 
 
 def test_smollm2_reference_is_checksum_verified(tmp_path):
@@ -200,12 +206,7 @@ def test_smollm2_reference_is_checksum_verified(tmp_path):
     assert all(
         len(p["top_ids"]) == len(p["top_logits"]) == 10 and len(p["greedy"]) == 24 for p in prompts
     )
-    digest = hashlib.sha256((data_dir() / "smollm2_reference.json").read_bytes()).hexdigest()
-    assert digest in (data_dir() / "README.md").read_text()
-    changed = tmp_path / "smollm2_reference.json"
-    changed.write_text((data_dir() / "smollm2_reference.json").read_text().replace("1", "2", 1))
-    with pytest.raises(ValueError, match="was changed"):
-        load_smollm2_reference(changed)
+    assert_checksummed(load_smollm2_reference, "smollm2_reference.json", tmp_path, "1", "2")
 
 
 def test_serving_reference_is_checksum_verified(tmp_path):
@@ -216,12 +217,7 @@ def test_serving_reference_is_checksum_verified(tmp_path):
     for request in record["requests"]:
         assert request["text"].startswith("<|im_start|>system\n")
         assert 0 < len(request["generate_batch"]) <= record["max_new_tokens"]
-    digest = hashlib.sha256((data_dir() / "serving_reference.json").read_bytes()).hexdigest()
-    assert digest in (data_dir() / "README.md").read_text()
-    changed = tmp_path / "serving_reference.json"
-    changed.write_text((data_dir() / "serving_reference.json").read_text().replace("1", "2", 1))
-    with pytest.raises(ValueError, match="was changed"):
-        load_serving_reference(changed)
+    assert_checksummed(load_serving_reference, "serving_reference.json", tmp_path, "1", "2")
 
 
 def test_the_triton_gpu_run_is_checksum_verified_and_times_what_the_chapter_times(tmp_path):
@@ -245,12 +241,7 @@ def test_the_triton_gpu_run_is_checksum_verified_and_times_what_the_chapter_time
     }
     assert all(0 < t["forward"] < t["forward_backward"] for t in run["milliseconds"].values())
     assert run["gpu"].startswith("NVIDIA") and run["versions"]["cuda"]
-    digest = hashlib.sha256((data_dir() / "triton_gpu_run.json").read_bytes()).hexdigest()
-    assert digest in (data_dir() / "README.md").read_text()
-    changed = tmp_path / "triton_gpu_run.json"
-    changed.write_text((data_dir() / "triton_gpu_run.json").read_text().replace("5", "4", 1))
-    with pytest.raises(ValueError, match="was changed"):
-        load_triton_gpu_run(changed)
+    assert_checksummed(load_triton_gpu_run, "triton_gpu_run.json", tmp_path, "5", "4")
 
 
 def test_execution_model_is_the_python_reference_section():
@@ -304,8 +295,6 @@ def test_seq2seq_long_training_is_what_chapter_6_computes(tmp_path, chapter_6_se
 
     record = load_seq2seq_long_training()
     assert record["steps"] == 960 and record["lengths"] == list(range(1, 9))
-    digest = hashlib.sha256((data_dir() / "seq2seq_long_training.json").read_bytes()).hexdigest()
-    assert digest in (data_dir() / "README.md").read_text()
     script = pathlib.Path(__file__).resolve().parents[1] / "tools/data/seq2seq_long_training.py"
     spec = importlib.util.spec_from_file_location("seq2seq_long_training", script)
     module = importlib.util.module_from_spec(spec)
@@ -330,7 +319,4 @@ def test_seq2seq_long_training_is_what_chapter_6_computes(tmp_path, chapter_6_se
             behind = ours[3:] < theirs[:, 3:].min(0).values
             assert bool(ahead.all() if attention else behind.all()), (kind, measure, ours)
             assert ours[:2].tolist() == stored[kind, measure][0, :2].tolist()
-    changed = tmp_path / "seq2seq_long_training.json"
-    changed.write_text((data_dir() / "seq2seq_long_training.json").read_text().replace("1", "2", 1))
-    with pytest.raises(ValueError, match="was changed"):
-        load_seq2seq_long_training(changed)
+    assert_checksummed(load_seq2seq_long_training, "seq2seq_long_training.json", tmp_path, "1", "2")
