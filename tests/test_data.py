@@ -225,13 +225,9 @@ def test_the_triton_gpu_run_is_checksum_verified_and_times_what_the_chapter_time
 
     run = load_triton_gpu_run()
     shape = run["shape"]
-    cell = next(
-        "".join(c["source"])
-        for c in json.loads((ROOT / "chapters" / "18_flashattention_in_triton.ipynb").read_text())[
-            "cells"
-        ]
-        if "def time_on_gpu" in "".join(c["source"])
-    )
+    chapter = json.loads((ROOT / "chapters" / "18_flashattention_in_triton.ipynb").read_text())
+    sources = ["".join(cell["source"]) for cell in chapter["cells"]]
+    cell = next(source for source in sources if "def time_on_gpu" in source)
     sizes = f"random_qkv({shape['batch']}, {shape['heads']}, {shape['length']}, "
     assert sizes + f"{shape['head_dim']}," in cell and shape["dtype"] == "float16"
     assert set(run["milliseconds"]) == {
