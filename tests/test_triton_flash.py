@@ -174,7 +174,7 @@ def test_without_triton_the_error_says_how_to_install_it(monkeypatch):
         ("2.5.2", "3.9.0", False),
     ],
 )
-def test_an_interpreter_that_cannot_read_numpy_2_5_is_named(
+def test_an_interpreter_that_cannot_run_with_the_installed_numpy_is_named(
     monkeypatch, numpy_version, triton_version, refused
 ):
     """Triton 3.6.0's interpreter failed every kernel here with NumPy 2.5.2 (on a GPU machine's
