@@ -52,8 +52,9 @@ def _distribution(name):
     return name.replace("_", "-").lower()
 
 
-def _release(version):
-    """The release numbers of a version: "2.11.0+cu128" -> (2, 11, 0)."""
+def release(version):
+    """The release numbers of a version: "2.11.0+cu128" -> (2, 11, 0); what require compares,
+    and the Triton interpreter's NumPy check. Chapters 1-19."""
     return tuple(int(part) for part in VERSION.match(version)[0].split("."))
 
 
@@ -66,13 +67,13 @@ def _installed(name):
 
 def _new_enough(found, minimum):
     """Whether an installed version (None: not installed) is `minimum` or newer."""
-    return found is not None and _release(found) >= _release(minimum)
+    return found is not None and release(found) >= release(minimum)
 
 
 def _pin(name, minimum):
     """What pip installs for `name`: the course's tested version, if it is new enough."""
     tested = TESTED.get(name)
-    if tested and _release(tested) >= _release(minimum):
+    if tested and release(tested) >= release(minimum):
         return f"{name}=={tested}"
     return f"{name}>={minimum}"
 

@@ -9,11 +9,11 @@ bring their own). Chapter 12's `flash_attention` is the same algorithm in PyTorc
 
 import importlib
 import math
-import re
 
 import torch
 
 from ._shapes import check_qkv, check_scale, require_floating_dtype, require_int, shape_of
+from .runtime import release
 
 INSTALL = "pip install triton==3.9.0"
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -31,11 +31,6 @@ def _kernels():
         ) from error
 
 
-def _release(version):
-    """The leading numbers of a version string: "3.6.0+git" -> (3, 6, 0)."""
-    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
-
-
 def _check_interpreter():
     """Triton's interpreter before 3.9 reads a kernel's integer arguments with int() of a
     one-element array, which NumPy 2.4 refuses (2.3 warned): every kernel then fails inside the
@@ -44,7 +39,7 @@ def _check_interpreter():
     import numpy
     import triton
 
-    if _release(numpy.__version__) >= (2, 4) and _release(triton.__version__) < (3, 9):
+    if release(numpy.__version__) >= (2, 4) and release(triton.__version__) < (3, 9):
         raise RuntimeError(
             f"Triton {triton.__version__}'s interpreter, which runs the kernels on a CPU, "
             f"fails with NumPy {numpy.__version__}: pip install triton==3.9.0, or "

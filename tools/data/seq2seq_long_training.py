@@ -15,14 +15,13 @@ where the file was written; tests/test_data.py checks what the chapter says of t
 
 import argparse
 import ast
-import contextlib
-import io
 import json
 import sys
 
 import nbformat
 
 from tools import ROOT
+from tools.data import run_cells
 
 CHAPTER = ROOT / "chapters" / "06_encoder_decoder_attention.ipynb"
 OUTPUT = ROOT / "data" / "seq2seq_long_training.json"
@@ -45,10 +44,7 @@ def chapter_namespace():
     cells = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
     chosen = [next(source for source in cells if "import torch" in source)]  # the imports
     chosen += [source for source in cells if defined_names(source) & NEEDED]
-    namespace = {"__name__": "chapter_06"}
-    with contextlib.redirect_stdout(io.StringIO()):
-        for source in chosen:
-            exec(compile(source, str(CHAPTER), "exec"), namespace)
+    namespace = run_cells(chosen, "chapter_06")
     missing = NEEDED - set(namespace)
     if missing:
         raise RuntimeError(f"{CHAPTER.name} no longer defines {sorted(missing)}")

@@ -12,35 +12,24 @@ those milliseconds with the GPU's name, the date and the library versions; on a 
 chapter prints them, saying where they were measured.
 """
 
-import contextlib
 import datetime
 import hashlib
-import io
 import json
-import linecache
 import os
 import sys
 
 from tools import ROOT
+from tools.data import run_cells
 
 CHAPTER = ROOT / "chapters" / "18_flashattention_in_triton.ipynb"
 OUTPUT = ROOT / "data" / "triton_gpu_run.json"
 SHAPE = dict(batch=4, heads=16, length=4096, head_dim=64, dtype="float16", is_causal=True)
 
 
-def run_cells(path):
-    """Every code cell of the notebook at `path`, in order, in one namespace; that namespace."""
-    namespace = {"__name__": "__main__"}
+def code_sources(path):
+    """The sources of the code cells of the notebook at `path`, in order."""
     cells = json.loads(path.read_text())["cells"]
-    for index, cell in enumerate(cells):
-        if cell["cell_type"] != "code":
-            continue
-        source = "".join(cell["source"])
-        filename = f"/chapter_18/cell_{index}.py"  # a name, not a file
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(source, filename, "exec"), namespace)
-    return namespace
+    return ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
 
 
 def main():
@@ -53,7 +42,8 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("no CUDA GPU here: this program records a GPU run")
     os.environ.setdefault("COURSE_DATA_DIR", str(ROOT / "data"))
-    timings = run_cells(CHAPTER)["timings"]  # name: (forward s, forward + backward s)
+    namespace = run_cells(code_sources(CHAPTER), "chapter_18")
+    timings = namespace["timings"]  # name: (forward s, forward + backward s)
     versions = {
         "torch": torch.__version__,
         "triton": triton.__version__,
