@@ -223,13 +223,28 @@ LONG = "$$\n" + " + ".join(f"a_{{{k}}} b_{{{k}}}" for k in range(30)) + "END\n$$
 @pytest.mark.parametrize(
     "before, end, after, said",
     [
-        # inside a sentence: named, with the equation's own comma, and the sentence goes on
+        # inside a sentence, after the noun it spells out: named in brackets, with the
+        # equation's own comma, and the sentence goes on (chapter 10 read "at its own
+        # frequency the equation on the slide, the same frequencies")
         (
             ["Each pair turns at its own frequency"],
             ",",
             ["the same frequencies as before."],
-            "Each pair turns at its own frequency the equation on the slide, the same "
+            "Each pair turns at its own frequency (the equation on the slide), the same "
             "frequencies as before.",
+        ),
+        (
+            ["They proposed the weights"],
+            "",
+            ["where K is a kernel."],
+            "They proposed the weights (the equation on the slide), where K is a kernel.",
+        ),
+        # after a verb it completes the sentence as the equation did: no brackets
+        (
+            ["The quotient rule gives"],
+            "",
+            ["where J is the Jacobian."],
+            "The quotient rule gives the equation on the slide, where J is the Jacobian.",
         ),
         # at the end of its sentence, with nothing after it: a full stop
         (["They produce:"], "", [], "They produce: the equation on the slide."),

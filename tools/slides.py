@@ -273,7 +273,8 @@ def equation_sentence(before, block, after):
     mark = "." if ends else own
     space = ", " if rest.startswith("where ") else " " if rest[:1].isalpha() else ""
     # the lead-in, the equation and the rest of its sentence; shorter where that is long
-    for said in (f"${tex}$" + ("." if ends and not own else ""), PLACEHOLDER + mark):
+    named = placeholder(opening(lead))
+    for said in (f"${tex}$" + ("." if ends and not own else ""), named + mark):
         if len(maths(tex)) > LONG_EQUATION and said.startswith("$"):
             continue
         punctuated = said.rstrip("$").rstrip().endswith((",", ";", "."))
@@ -284,10 +285,27 @@ def equation_sentence(before, block, after):
             if len(plain_text(words)) <= NOTES // 2:
                 return words.strip()
     gap = " " if mark and rest else space
-    return f"{opening(lead)}{PLACEHOLDER}{mark}{gap}{rest}".strip()
+    return f"{opening(lead)}{named}{mark}{gap}{rest}".strip()
 
 
 PLACEHOLDER = "the equation on the slide"  # in the notes, for an equation too long to read
+# The words after which the placeholder completes the sentence as the equation did ("gives
+# the equation on the slide", "Then the equation on the slide"); after any other word, most
+# often a noun the equation spells out ("the weights", "its own frequency"), it is set off
+# in brackets: "proposed the weights (the equation on the slide), where K is a kernel".
+LEADS_STRAIGHT_IN = frozenset(
+    "is are be was were becomes become gives give reads read computes compute produces"
+    " produce obtains obtain gets get has have writes write makes make so then and or"
+    " thus hence by".split()
+)
+
+
+def placeholder(lead):
+    """The placeholder for a long equation after its unfinished lead-in `lead`."""
+    words = re.findall(r"[\w']+|\S", lead)
+    last = words[-1].lower() if words else ""
+    straight = not words or last == ":" or last in LEADS_STRAIGHT_IN
+    return PLACEHOLDER if straight else f"({PLACEHOLDER})"
 
 
 def opening(lead):
