@@ -631,6 +631,14 @@ def test_sentences_are_never_cut_inside_brackets(text, sentences):
             "Designs:",
             "\n".join(f"- **Name {k}.**" for k in range(4)),
         ),
+        # a table it announces, whole (chapter 3's "We compare three ...:" lost its table of
+        # the three scores); a table too long for a slide stays in the chapter
+        (
+            "We compare three:\n\n| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |\n\nNext.",
+            "We compare three:",
+            "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |",
+        ),
+        ("Long:\n\n| a |\n|---|\n" + "| 1 |\n" * 9, "Long:", ""),
     ],
 )
 def test_a_lead_in_shows_the_list_it_announces(text, opening, shown):

@@ -165,5 +165,6 @@ def _script(body, table, mark):
     if body and all(c in table for c in body):
         return "".join(table[c] for c in body)
     if mark == "_":
-        return f"_{body}" if re.fullmatch(r"\w+", body) else f"_({body})"
+        # a written-out subscript ends its word: "n_g n_p" reads "n_g nₚ", not "n_gnₚ"
+        return f"_{body}{WORD_END}" if re.fullmatch(r"\w+", body) else f"_({body})"
     return f"^{body}" if re.fullmatch(r"\w", body) else f"^({body})"

@@ -233,6 +233,14 @@ A_CELL = re.compile(
 )
 
 
+def as_shown(markdown):
+    """A slide's own text (a section's opening, a caption) as the room sees it: nothing that
+    points at the chapter's page ("each property below is checked" -> "each property is
+    checked"), a cell read as the code ("the cell below calls it" -> "the code calls it")."""
+    text = PAGE_POINTER.sub("", re.sub(r"\bas (above|below)\b", "as before", markdown))
+    return A_CELL.sub(lambda m: f"{m[1]}he code" if m[1] else "", text)
+
+
 def without_cell_talk(markdown):
     """A text without its sentences about the notebook's cells and printouts (`CELL_TALK`);
     where every sentence is, the text with "the cell" read as "the code"."""
@@ -277,7 +285,8 @@ def equation_sentence(before, block, after):
     for said in (f"${tex}$" + ("." if ends and not own else ""), named + mark):
         if len(maths(tex)) > LONG_EQUATION and said.startswith("$"):
             continue
-        punctuated = said.rstrip("$").rstrip().endswith((",", ";", "."))
+        # punctuated as read: "\\text{otherwise,}" ends with its comma, as "x," does
+        punctuated = plain_text(said).rstrip().endswith((",", ";", "."))
         gap = " " if space == ", " and punctuated else space
         if punctuated and rest and not gap:
             gap = " "
@@ -317,15 +326,23 @@ LIST_MARK = re.compile(r"(?:- |\d+\. )")
 LIST_ROOM = 520  # characters of a list's items on a slide, after its lead-in
 
 
+TABLE_ROWS = 8  # body rows of a Markdown table that a slide shows whole under its lead-in
+
+
 def list_after(text, paragraph):
-    """What a `paragraph` of `text` that ends with ":" announces, where a list follows it: the
-    list's items (bullets or numbered), each its first sentence, as Markdown, as many as fit
-    in `LIST_ROOM` characters ("- ..." for the rest); else ""."""
+    """What a `paragraph` of `text` that ends with ":" announces, where a list or a table
+    follows it: the list's items (bullets or numbered), each its first sentence, as Markdown,
+    as many as fit in `LIST_ROOM` characters ("- ..." for the rest); the table whole where it
+    has at most `TABLE_ROWS` rows; else ""."""
     at = text.find(paragraph.strip())
     if at < 0 or not paragraph.rstrip().endswith(":"):
         return ""
+    following = text[at + len(paragraph.strip()) :].lstrip("\n").split("\n\n")
+    rows = following[0].strip().splitlines()
+    if rows and all(row.startswith("|") for row in rows):  # a table: its header, rule, rows
+        return following[0].strip() if len(rows) <= TABLE_ROWS + 2 else ""
     items = []
-    for block in text[at + len(paragraph.strip()) :].lstrip("\n").split("\n\n"):
+    for block in following:
         if LIST_MARK.match(block):  # items, one per line that starts with a mark
             items += re.split(r"\n(?=- |\d+\. )", block)
         elif not (items and block.startswith(" ")):  # an item's own later paragraph goes on
@@ -639,7 +656,7 @@ def section_slides(lecture, section, images):
         if not opening.strip() and section.parts:  # a heading over its parts: their list
             opening = "In this part:\n\n" + "\n".join(f"- {part}" for part in section.parts)
         bodies = [
-            render(opening)
+            render(as_shown(opening))
             + (render(point).replace("<p>", "<p class='point'>", 1) if point else "")
         ]
         notes = [section.opening_notes(point)]
@@ -660,7 +677,7 @@ def section_slides(lecture, section, images):
             figure = (
                 f'<figure data-point-out="{point}">'
                 f'<img src="img/{name}" alt="{label}: {plain_text(caption)}">'
-                f"<figcaption>{render(f'{label}. {shown}')}</figcaption></figure>"
+                f"<figcaption>{render(f'{label}. {as_shown(shown)}')}</figcaption></figure>"
             )
             notes = figure_notes(lecture, number, caption[len(shown) :], lead, alt)
             if notes in said:  # the figure before says it already: what to point out in it
@@ -929,7 +946,7 @@ def deck_slides(path, images):
     version = release.status().line
     title = slide(
         f"<p class='kicker'>Chapter {lecture.number}</p><h1>{html.escape(lecture.title)}</h1>"
-        + render(opening_sentences(lecture.opening, 2 * SHORT))
+        + render(as_shown(opening_sentences(lecture.opening, 2 * SHORT)))
         + f"<p class='course'>{html.escape(learner.book_config()['title'])}"
         + f" · {html.escape(version)}"
         + "</p><p class='course-licence'>Text and figures CC BY-SA 4.0, code MIT</p>",
