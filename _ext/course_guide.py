@@ -10,7 +10,7 @@ extension), so that no number about the chapters is ever typed by hand:
     ```{course-syllabus}
     Week 1: 1, 2
     Week 2: 3, 4, 5 | 3.1, 3.4, 4.2, 5.1
-    Week 9: 17 | 17.1 | project 5
+    Week 9: 17 | 17.1 | project 5 h
     ```                         a syllabus: the chapters of each period (after "|", the
                                 exercises set, if not all; after a second "|", the hours of a
                                 project), their reading time, exercises and the hours of work
@@ -305,7 +305,7 @@ class ExerciseTables(_ChapterDirective):
 class Syllabus(_ChapterDirective):
     """Content: lines "Period: chapter numbers" (e.g. "Week 1: 1, 2"), optionally followed by
     "| exercise numbers" (e.g. "| 1.1, 1.3, 2.2") when not every exercise is set, and by
-    "| project HOURS" when the period gives a project that many hours."""
+    "| project HOURS h" when the period gives a project that many hours."""
 
     def chosen(self, line, by_number):
         period, _, rest = line.partition(":")
@@ -319,9 +319,9 @@ class Syllabus(_ChapterDirective):
             if unknown:
                 raise self.error(f"{period}: no exercise {sorted(unknown)} in its chapters")
             exercises = [r for r in exercises if r["number"] in wanted]
-        hours = re.fullmatch(r"\s*(?:project (\d+(?:\.\d+)?))?\s*", project)
+        hours = re.fullmatch(r"\s*(?:project (\d+(?:\.\d+)?) h)?\s*", project)
         if hours is None:
-            raise self.error(f"{period}: after the second | write 'project HOURS'")
+            raise self.error(f"{period}: after the second | write 'project HOURS h'")
         return period.strip(), chosen, exercises, float(hours[1] or 0)
 
     def run(self):

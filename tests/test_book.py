@@ -538,7 +538,7 @@ def test_the_10_week_plan_gives_the_project_its_hours_and_no_week_more_than_ten(
         period, _, rest = line.partition(":")
         chapters, _, rest = rest.partition("|")
         chosen, _, project = rest.partition("|")
-        hours = float(re.fullmatch(r"\s*(?:project (\d+))?\s*", project)[1] or 0)
+        hours = float(re.fullmatch(r"\s*(?:project (\d+) h)?\s*", project)[1] or 0)
         total += hours
         numbers = [int(n) for n in re.findall(r"\d+", chapters)]
         wanted = set(re.findall(r"\d+\.\d+", chosen))
