@@ -423,6 +423,20 @@ def check_heads(page, figure, reference=None):
         keys = figure.locator(".cw-key [data-value]").all_inner_texts()
         assert [float(x) for x in keys] == pytest.approx(expected, abs=0.0051)
         assert shown(figure, "top_weight") == pytest.approx(max(expected), abs=0.0051)
+        # the head view: a line from the query's row on the left to each key's row on the
+        # right, as opaque as that key's weight
+        lines = figure.locator(".cw-lines line")
+        opacity = lines.evaluate_all("ls => ls.map(l => +l.getAttribute('stroke-opacity'))")
+        assert opacity == pytest.approx(expected, abs=0.0051)
+        rows = figure.locator(".cw-lines text").evaluate_all(
+            "ts => ts.map(t => +t.getAttribute('y'))"
+        )
+        n = len(expected)
+        assert len(rows) == 2 * n
+        ends = lines.evaluate_all(
+            "ls => ls.map(l => [+l.getAttribute('y1'), +l.getAttribute('y2')])"
+        )
+        assert ends == [[rows[query], rows[n + j]] for j in range(n)]
 
     # the starting head is the first marked one
     assert [int(layer.input_value()), int(head.input_value())] == data["initial"]
@@ -447,6 +461,9 @@ def check_heads(page, figure, reference=None):
     assert data["marks"][-1][2] in head.locator("option:checked").inner_text()
     figure.locator(".cw-token").last.focus()
     read_and_compare(len(data["prompts"][1]["tokens"]) - 1)
+    # pointing at a query in the head view picks it, as its button does
+    figure.locator(".cw-lines text").nth(1).hover()
+    read_and_compare(1)
     # a long token is cut with an ellipsis and kept whole in its title
     for token in figure.locator(".cw-token").all():
         assert token.evaluate(

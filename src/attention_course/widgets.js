@@ -355,6 +355,43 @@
     return text.trim() === "" ? "␣" : text;
   }
 
+  // bertviz's head view: the prompt's tokens twice, as queries (left) and as keys (right),
+  // and a line from the query pointed at to each key, as opaque as the key's weight.
+  function headView(parent, pick) {
+    const ROW = 18, WIDTH = 360, LEFT = 125, RIGHT = 235;  // user units of the drawing
+    const svg = svgEl("svg", {class: "cw-lines", role: "img", "aria-label":
+      "Lines from the query token to each key token, each as dark as that key's weight"});
+    parent.append(svg);
+    const y = (i) => (i + 0.5) * ROW + 2;
+    let lines = [], queries = [];
+    const label = (token, i, x, anchor) => {
+      const text = svgEl("text", {x, y: y(i), "text-anchor": anchor,
+        "dominant-baseline": "central"});
+      const shown = tokenText(token);
+      text.textContent = shown.length > 14 ? `${shown.slice(0, 13)}…` : shown;
+      return text;
+    };
+    // one row per token; pointing at a query on the left picks it, as its button does
+    function build(tokens) {
+      svg.setAttribute("viewBox", `0 0 ${WIDTH} ${tokens.length * ROW + 4}`);
+      lines = tokens.map((_, j) => svgEl("line", {x1: LEFT + 6, x2: RIGHT - 6, y2: y(j)}));
+      queries = tokens.map((t, i) => label(t, i, LEFT, "end"));
+      queries.forEach((text, i) => ["mouseenter", "click"].forEach((kind) =>
+        text.addEventListener(kind, () => pick(i))));
+      svg.replaceChildren(...lines, ...queries,
+        ...tokens.map((t, j) => label(t, j, RIGHT, "start")));
+    }
+    // the chosen query's lines: key j's line as opaque as its weight row[j]
+    function show(query, row) {
+      lines.forEach((line, j) => {
+        line.setAttribute("y1", y(query));
+        line.setAttribute("stroke-opacity", fmt(row[j], 2));
+      });
+      queries.forEach((text, i) => text.classList.toggle("cw-query", i === query));
+    }
+    return {build, show};
+  }
+
   function heads(root, live, data, uid) {
     const {prompts, marks} = data;
     const nLayers = prompts[0].weights.length, nHeads = prompts[0].weights[0].length;
@@ -393,6 +430,9 @@
     live.append(el("p", {class: "cw-axis-note"}, "Its weight on each key:"));
     const keyRow = el("div", {class: "cw-tokens cw-keys"});
     live.append(keyRow);
+    live.append(el("p", {class: "cw-axis-note"},
+      "The same weights as lines from the query (left) to each key (right):"));
+    const view = headView(live, (i) => { query = i; draw(); });
     let query = 0;
     layer.value = data.initial[0];
     function fillHeads() {
@@ -419,6 +459,7 @@
       keyRow.replaceChildren(...tokens.map((t, j) => el("span", {class: "cw-key", title: t},
         el("span", {class: "cw-key-text"}, tokenText(t)),
         el("span", {class: "cw-bar"}), el("span", {"data-value": `k${j}`}))));
+      view.build(tokens);
     }
     function draw() {
       const tokens = tokensOf();
@@ -430,6 +471,7 @@
         k.querySelector(".cw-bar").style.width = `${row[j] * 100}%`;
         k.querySelector("[data-value]").textContent = fmt(row[j], 2);
       });
+      view.show(query, row);
       const top = row.indexOf(Math.max(...row));
       shown.query.textContent = `${query + 1} “${tokenText(tokens[query])}”`;
       shown.top.textContent = `${top + 1} “${tokenText(tokens[top])}”`;
