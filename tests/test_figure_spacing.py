@@ -19,7 +19,6 @@ LIMIT_PX = 3200  # about four screens of 800 px at 1280 px wide
 # empty), with that stretch as measured when it was listed: it may not grow (SLACK allows for
 # the fonts of another machine), and a chapter that meets the limit must leave the table.
 STILL_OVER = {  # measured on 2026-12-02
-    "09": 10330,
     "10": 8900,
     "17": 5195,  # 2026-12-07, after four figures (was 10580)
 }
