@@ -20,7 +20,6 @@ LIMIT_PX = 3200  # about four screens of 800 px at 1280 px wide
 # the fonts of another machine), and a chapter that meets the limit must leave the table.
 STILL_OVER = {  # measured on 2026-12-02
     "09": 10330,
-    "10": 8900,
     "14": 10030,
     "16": 11650,  # 2026-12-03, after the figure of counted work
     "17": 10580,
